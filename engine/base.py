@@ -1,0 +1,92 @@
+"""The engine protocol: what every token source (llama.cpp, replay) offers the service.
+
+Owns `Token`, `Job`, `Timings` and the `Engine` protocol. An engine runs jobs one at a time,
+in FIFO order, on a thread of its own, and streams tokens back through the job's callback
+(called on the engine's thread). No Qt, no HTTP.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One decoded token. `text` is split at UTF-8 boundaries (never half a character);
+    `t` is time.perf_counter() when it was decoded. `top` holds (text, logprob) alternatives
+    when the job asked for them."""
+
+    id: int
+    text: str
+    t: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Per-job timings in milliseconds (llama.cpp's server reports the same figures)."""
+
+    queue_ms: float = 0.0
+    prompt_ms: float = 0.0
+    ttft_ms: float = 0.0
+    decode_ms: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens * 1000.0 / self.decode_ms if self.decode_ms > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """How a job ended: reason is "stop", "length", "cancelled" or "error"."""
+
+    reason: str
+    timings: Timings
+    error: str | None = None
+
+
+@dataclass(eq=False)
+class Job:
+    """One generation. The engine calls `on_token` for each token and `on_finish` once, both
+    on its own thread. `cancel()` may be called from any thread; the engine stops at the next
+    token."""
+
+    prompt: str
+    max_tokens: int | None = None
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    grammar: str | None = None
+    top_logprobs: int = 0
+    on_token: Callable[[Token], None] = lambda tok: None
+    on_finish: Callable[[Finish], None] = lambda fin: None
+    submitted_at: float = 0.0
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class Engine(Protocol):
+    """A token source. `submit` never blocks; jobs run FIFO on the engine's thread."""
+
+    name: str
+    n_ctx: int
+
+    def submit(self, job: Job) -> None: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def queue_depth(self) -> int: ...
+
+    def close(self) -> None: ...

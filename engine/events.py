@@ -1,0 +1,175 @@
+"""The parser's output vocabulary: events, tool calls and the parse result.
+
+Owns the frozen dataclasses that cross every boundary after the parser (API adapters, GUI
+panes, recordings, metrics). Pure data, no I/O; any thread may create or read them.
+
+An `Event` says what a stretch of raw model output turned out to be. Every event carries the
+raw `span` (start, end offsets in the model's output, in characters) that it consumed, and the
+spans of one response tile its output exactly: concatenating `raw[span]` over the events gives
+the output back. `text` is what the event means for its channel (reasoning or content text, a
+tool-argument JSON fragment, a dropped tag's text), which is not always the raw text.
+
+`merge()` joins neighbouring events of the same kind; two event streams for the same output
+are equal once merged, whatever the chunking was. `result_of()` folds events into the final
+`ParseResult`, so streamed and non-streamed replies are built from the same events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+REASONING = "reasoning"
+CONTENT = "content"
+MARKUP = "markup"  # tags and the newlines that belong to them: consumed, shown in raw view
+TOOL_START = "tool_start"
+TOOL_ARGS = "tool_args"
+TOOL_CALL = "tool_call"
+ANOMALY = "anomaly"
+
+KINDS = (REASONING, CONTENT, MARKUP, TOOL_START, TOOL_ARGS, TOOL_CALL, ANOMALY)
+
+# Anomaly kinds, in the order they are reported everywhere (CLI, metrics, GUI badges).
+IMPLICIT_REASONING_END = "implicit_reasoning_end"
+STRAY_THINK_END = "stray_think_end"
+UNFINISHED_CALL = "unfinished_call"
+MALFORMED_CALL = "malformed_call"
+UNKNOWN_TOOL = "unknown_tool"
+ANOMALY_KINDS = (
+    IMPLICIT_REASONING_END,
+    STRAY_THINK_END,
+    UNFINISHED_CALL,
+    MALFORMED_CALL,
+    UNKNOWN_TOOL,
+)
+
+# Kinds whose neighbours merge into one event (text-like streams). Tool starts, whole
+# calls and anomalies are discrete and never merge.
+_MERGEABLE = frozenset({REASONING, CONTENT, MARKUP, TOOL_ARGS})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One complete tool call. `arguments` is the parsed object; `arguments_json` is exactly
+    `json.dumps(arguments)`, the string the OpenAI dialect sends."""
+
+    id: str
+    name: str
+    arguments: dict
+    index: int
+
+    @property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One decided stretch of output.
+
+    kind: one of KINDS.
+    text: channel text (reasoning/content), the tag text (markup), a JSON fragment of the
+        arguments (tool_args), the call's name (tool_start), or the raw text an anomaly concerns.
+    span: (start, end) character offsets of the raw output this event consumed.
+    call: for tool_start/tool_args/tool_call, the call's index; the whole call on tool_call.
+    anomaly: for kind == "anomaly", one of ANOMALY_KINDS.
+    """
+
+    kind: str
+    text: str
+    span: tuple[int, int]
+    call: ToolCall | None = None
+    anomaly: str | None = None
+    index: int | None = None
+    call_id: str | None = None
+
+    def to_dict(self) -> dict:
+        d: dict = {"kind": self.kind, "text": self.text, "span": list(self.span)}
+        if self.index is not None:
+            d["index"] = self.index
+        if self.call_id is not None:
+            d["id"] = self.call_id
+        if self.call is not None:
+            d["call"] = self.call.to_dict()
+        if self.anomaly is not None:
+            d["anomaly"] = self.anomaly
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class ParseResult:
+    reasoning: str
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    anomalies: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "reasoning": self.reasoning,
+            "content": self.content,
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "finish_reason": self.finish_reason,
+            "anomalies": {k: self.anomalies.get(k, 0) for k in ANOMALY_KINDS},
+        }
+
+
+def merge(events: Iterable[Event]) -> list[Event]:
+    """Join neighbouring mergeable events of the same kind (and call index)."""
+    out: list[Event] = []
+    for ev in events:
+        if out:
+            last = out[-1]
+            if (
+                ev.kind == last.kind
+                and ev.kind in _MERGEABLE
+                and ev.index == last.index
+                and last.span[1] == ev.span[0]
+            ):
+                out[-1] = Event(
+                    last.kind,
+                    last.text + ev.text,
+                    (last.span[0], ev.span[1]),
+                    None,
+                    None,
+                    last.index,
+                    last.call_id,
+                )
+                continue
+            if not ev.text and ev.span[0] == ev.span[1] and ev.kind in _MERGEABLE:
+                continue
+        out.append(ev)
+    return out
+
+
+def result_of(events: Iterable[Event], finish_reason: str = "stop") -> ParseResult:
+    """Fold an event stream into the final result.
+
+    `finish_reason` is the engine's ("stop" or "length"); it becomes "tool_calls" exactly
+    when at least one call completed.
+    """
+    reasoning: list[str] = []
+    content: list[str] = []
+    calls: list[ToolCall] = []
+    anomalies = dict.fromkeys(ANOMALY_KINDS, 0)
+    for ev in events:
+        k = ev.kind
+        if k == CONTENT:
+            content.append(ev.text)
+        elif k == REASONING:
+            reasoning.append(ev.text)
+        elif k == TOOL_CALL and ev.call is not None:
+            calls.append(ev.call)
+        elif k == ANOMALY and ev.anomaly is not None:
+            anomalies[ev.anomaly] = anomalies.get(ev.anomaly, 0) + 1
+    return ParseResult(
+        reasoning="".join(reasoning),
+        content="".join(content),
+        tool_calls=tuple(calls),
+        finish_reason="tool_calls" if calls else finish_reason,
+        anomalies=anomalies,
+    )

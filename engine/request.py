@@ -1,0 +1,74 @@
+"""Dialect-neutral request types: what every API adapter and the GUI's compose box build.
+
+Owns `ChatRequest` and `Message`, frozen dataclasses shared by the server (which converts its
+OpenAI / Anthropic / Responses bodies into them), the GUI and the service. No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat turn in the shape chat templates expect.
+
+    content is a plain string (API adapters flatten parts). tool_calls are OpenAI-shaped
+    dicts `{"id", "type": "function", "function": {"name", "arguments": <dict>}}`, with the
+    arguments already decoded to an object, as Qwen/Hermes templates iterate them.
+    """
+
+    role: str
+    content: str = ""
+    reasoning_content: str | None = None
+    tool_calls: tuple[dict, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_template(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning_content is not None:
+            d["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            d["tool_calls"] = [dict(c) for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            d["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            d["name"] = self.name
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A chat request, whichever dialect it came in.
+
+    tools: OpenAI-style `[{"type": "function", "function": {name, description, parameters}}]`.
+    thinking: None means the pack's default.
+    grammar: optional GBNF text to constrain generation (tests, structured output).
+    dialect / client: where it came from, for the request log ("openai", "anthropic",
+    "responses", "gui", "replay").
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[dict, ...] = ()
+    sampling: Sampling = field(default_factory=Sampling)
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    thinking: bool | None = None
+    stream_tools: bool = True
+    grammar: str | None = None
+    top_logprobs: int = 0
+    dialect: str = "openai"
+    model: str = ""
+    add_generation_prompt: bool = True
