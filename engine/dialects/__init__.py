@@ -1,1 +1,41 @@
-"""engine/dialects."""
+"""Tool-call body dialects: Qwen XML and Hermes JSON.
+
+Each dialect module exposes the same few names (mlx-lm style):
+
+- `NAME`: the dialect's name on the command line ("qwen-xml", "hermes-json").
+- `match_opener(text, i) -> int`: does an opener start at `text[i]`? FULL, PREFIX (the text
+  ends inside something that could still become one) or NONE.
+- `CallParser(schemas, stream)`: an incremental reader for one call body (the text right after
+  `<tool_call>`), fed with `feed(text)` and closed with `finish()`. It appends
+  `(kind, text, rel_end)` items to `out` ("start" with the name, "args" with a JSON fragment)
+  and sets `done`/`end`/`error`/`name`/`arguments`.
+
+This package owns the choice of dialect (`opener_dialect`); the parser owns everything around
+the body. Pure Python, run by whichever thread drives the parser.
+"""
+
+from __future__ import annotations
+
+from engine.dialects import hermes_json, qwen_xml
+from engine.dialects.common import FULL, NONE, PREFIX
+
+DIALECTS = {qwen_xml.NAME: qwen_xml, hermes_json.NAME: hermes_json}
+NAMES = ("auto", qwen_xml.NAME, hermes_json.NAME)
+
+__all__ = ["DIALECTS", "FULL", "NAMES", "NONE", "PREFIX", "opener_dialect"]
+
+
+def opener_dialect(dialect: str, text: str, i: int):
+    """Which dialect's opener starts at text[i]: (FULL, module), (PREFIX, None) or (NONE, None).
+
+    `dialect` is "auto" or one of DIALECTS; auto accepts either opener.
+    """
+    mods = DIALECTS.values() if dialect == "auto" else (DIALECTS[dialect],)
+    undecided = False
+    for mod in mods:
+        m = mod.match_opener(text, i)
+        if m == FULL:
+            return FULL, mod
+        if m == PREFIX:
+            undecided = True
+    return (PREFIX, None) if undecided else (NONE, None)

@@ -1,0 +1,81 @@
+"""Helpers shared by the tool-call dialects: match results, prefix tests, schema lookup.
+
+Pure functions; no state. Run by whichever thread drives the parser.
+"""
+
+from __future__ import annotations
+
+import json
+
+NONE, PREFIX, FULL = 0, 1, 2
+
+# Whitespace allowed between `<tool_call>` and the opener, or inside the Hermes opener. Bounded
+# so that hold-back stays bounded: past this, the tag is text (a deterministic rule, so every
+# chunking agrees).
+MAX_GAP = 64
+WS = " \t\r\n"
+
+
+def match_literal(text: str, i: int, lit: str) -> int:
+    """FULL if `lit` starts at text[i], PREFIX if text ends inside a prefix of it, else NONE."""
+    rest = text[i : i + len(lit)]
+    if rest == lit:
+        return FULL
+    if lit.startswith(rest):
+        return PREFIX  # includes the empty rest: the text ends exactly at i
+    return NONE
+
+
+def skip_ws(text: str, i: int, limit: int = MAX_GAP) -> int:
+    """Index of the first non-whitespace character at or after i (at most `limit` skipped);
+    returns -1 when more than `limit` whitespace characters follow."""
+    n = len(text)
+    j = i
+    while j < n and text[j] in WS:
+        j += 1
+        if j - i > limit:
+            return -1
+    return j
+
+
+def escape_fragment(s: str) -> str:
+    """The JSON-string escape of s without quotes. Escaping is per code point, so escaping
+    pieces and joining them equals escaping the whole (what json.dumps does)."""
+    return json.dumps(s)[1:-1]
+
+
+def param_schema(schemas: dict, tool: str | None, key: str) -> dict | None:
+    """The JSON schema of one parameter of a tool, or None when unknown."""
+    params = schemas.get(tool) if tool is not None else None
+    if not isinstance(params, dict):
+        return None
+    props = params.get("properties")
+    if not isinstance(props, dict):
+        return None
+    sch = props.get(key)
+    return sch if isinstance(sch, dict) else None
+
+
+def is_string_schema(sch: dict | None) -> bool:
+    """A parameter whose schema says string stays raw (never JSON-decoded)."""
+    if sch is None:
+        return False
+    t = sch.get("type")
+    if t == "string":
+        return True
+    return isinstance(t, list) and "string" in t and not ({"object", "array"} & set(t))
+
+
+def tool_schemas(tools) -> dict[str, dict]:
+    """Map tool name -> parameters schema from an OpenAI-style `tools` array (also accepts
+    bare function objects and Anthropic's {name, input_schema})."""
+    out: dict[str, dict] = {}
+    for t in tools or ():
+        if not isinstance(t, dict):
+            continue
+        fn = t.get("function") if isinstance(t.get("function"), dict) else t
+        name = fn.get("name")
+        if isinstance(name, str):
+            params = fn.get("parameters", fn.get("input_schema", {}))
+            out[name] = params if isinstance(params, dict) else {}
+    return out

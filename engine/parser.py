@@ -1,0 +1,496 @@
+"""The streaming output parser: raw model text in, reasoning / content / tool-call events out.
+
+Owns `OutputParser`, the one parser that the GUI, the server and replay all drive. Pure Python,
+no I/O, not thread-safe: one parser per response, fed by whichever thread reads the tokens (the
+engine thread in the service, the caller in `prism parse`).
+
+The rules (DESIGN.md "The parser"; seeds 000, 001, 004):
+
+1. Start in `reasoning` when the prompt left `<think>` open, else `content`. A `<think>` the
+   model writes at the very start (after optional whitespace) is consumed and enters reasoning.
+2. `</think>` in reasoning ends it. Newlines right before or after a tag belong to the tag.
+3. In reasoning, `<tool_call>` starts a real call (an implicit end of the thinking) only at the
+   start of the reasoning or right after `\\n`, outside a ``` / ~~~ fence, and when the
+   dialect's opener follows after whitespace. Undecided text is held back. A call opened this
+   way that never completes goes back to reasoning, verbatim.
+4. In content, `<tool_call>` + opener starts a call unless inside a fence or inline backticks.
+5. A stray `</think>` in content is dropped (anomaly) and the answer streams on.
+6. Only a suffix that could still become a tag (or an opener after one) is held; decided text
+   is never rescanned, so cost is linear.
+7./8. Call bodies are read by `engine.dialects` (Qwen XML, Hermes JSON); with `stream_tools`
+   they stream `tool_start` / `tool_args` events before the whole `tool_call`.
+9. Chunking never changes the merged events: every decision waits until the text that decides
+   it has arrived, and each event's raw `span` tiles the input.
+
+Shortcuts taken on purpose: `</think>` ends reasoning even inside a code fence (it is one
+special token for the models that use it, and an unclosed fence must not swallow the answer);
+inline code spans end at a newline (a stray backtick in prose must not disable calls for the
+rest of the answer); a call that fails after it began streaming is returned as text whose event
+`text` repeats the raw call while its `span` covers only what was not yet consumed.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from engine import dialects
+from engine.dialects.common import FULL, NONE, PREFIX, match_literal, skip_ws, tool_schemas
+from engine.events import (
+    ANOMALY,
+    CONTENT,
+    IMPLICIT_REASONING_END,
+    MALFORMED_CALL,
+    MARKUP,
+    REASONING,
+    STRAY_THINK_END,
+    TOOL_ARGS,
+    TOOL_CALL,
+    TOOL_START,
+    UNFINISHED_CALL,
+    UNKNOWN_TOOL,
+    Event,
+    ToolCall,
+)
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+CALL_OPEN = "<tool_call>"
+_SPECIAL = re.compile(r"[<\n`]")
+_MAX_NL = 16  # at most this many newlines before a tag belong to it (bounded hold-back)
+_WINDOW = 4096  # a call body is fed in windows so a huge chunk is never copied per call
+
+
+class OutputParser:
+    """Incremental parser for one model response. See the module docstring for the rules."""
+
+    def __init__(
+        self,
+        start: str = REASONING,
+        dialect: str = "auto",
+        tools=(),
+        stream_tools: bool = False,
+        id_prefix: str | None = None,
+    ) -> None:
+        if start not in (REASONING, CONTENT):
+            raise ValueError(f"start must be 'reasoning' or 'content', not {start!r}")
+        if dialect not in dialects.NAMES:
+            raise ValueError(f"dialect must be one of {', '.join(dialects.NAMES)}")
+        self.dialect = dialect
+        self.stream_tools = stream_tools
+        self._schemas = tool_schemas(tools)
+        self._prefix = secrets.token_hex(4) if id_prefix is None else id_prefix
+        self._out: list[Event] = []
+        self._chan = start
+        self._total = 0  # characters fed so far
+        # text state: _buf[_e:] is not yet emitted, _buf[:_scan] has been examined
+        self._buf = ""
+        self._base = 0  # absolute offset of _buf[0]
+        self._e = 0
+        self._scan = 0
+        self._at_start = True
+        self._nl = -1  # index in _buf where a held run of newlines starts
+        self._eat_nl = False  # newlines right after a tag belong to it
+        self._line_start = True  # previous character was \n, or the channel just began
+        self._lead = 0  # spaces so far at the start of this line; -1 once past the lead
+        self._fchar = ""  # fence candidate on this line: its character and run length
+        self._frun = 0
+        self._fblank = True  # nothing but whitespace after the candidate's run
+        self._fence: tuple[str, int] | None = None
+        self._tick = 0  # length of the open inline code span's backtick run (content only)
+        self._tick_run = 0
+        # call state
+        self._call = None
+        self._call_index = 0
+        self._call_origin = CONTENT
+        self._call_prefix = ""  # the newlines and the <tool_call> tag
+        self._call_start = 0  # absolute offset where the call's raw text starts
+        self._body_start = 0  # absolute offset of the body (right after the tag)
+        self._body: list[str] = []  # raw body text fed so far
+        self._emitted = 0  # absolute offset up to which the call has produced events
+
+    # -- public API ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """"reasoning", "content" or "call" (the GUI colours the held tail by it)."""
+        return "call" if self._call is not None else self._chan
+
+    @property
+    def held(self) -> str:
+        """The raw text received but not yet turned into events."""
+        if self._call is not None:
+            raw = self._call_prefix + "".join(self._body)
+            return raw[self._emitted - self._call_start :]
+        return self._buf[self._e :]
+
+    @property
+    def position(self) -> int:
+        return self._total
+
+    def feed(self, text: str) -> list[Event]:
+        out = self._out = []
+        if not text:
+            return out
+        pos = self._total
+        self._total = pos + len(text)
+        # Fast path: plain text with nothing held (the common per-token case).
+        if (
+            self._call is None
+            and self._e == len(self._buf)
+            and not self._at_start
+            and not self._eat_nl
+            and self._lead < 0
+            and not self._tick_run
+            and _SPECIAL.search(text) is None
+        ):
+            if self._frun >= 3 and self._fblank and text.strip():
+                self._fblank = False
+            self._line_start = False
+            self._buf, self._e, self._scan, self._base = "", 0, 0, self._total
+            out.append(Event(self._chan, text, (pos, self._total)))
+            return out
+        self._pump(text, 0, pos, eof=False)
+        return out
+
+    def finish(self, reason: str = "stop") -> list[Event]:
+        """End of output: resolve everything held. `reason` is informational (the engine's
+        finish reason); use `events.result_of` for the final result."""
+        out = self._out = []
+        self._pump("", 0, self._total, eof=True)
+        return out
+
+    # -- driving ---------------------------------------------------------------------------
+
+    def _pump(self, s: str, k: int, abs_k: int, eof: bool) -> None:
+        """Run s[k:] (absolute offset abs_k) through the call or text states until used up."""
+        while True:
+            if self._call is not None:
+                nxt = self._feed_call(s, k, abs_k, eof)
+            else:
+                self._load(s, k, abs_k)
+                nxt = self._scan_text(eof)
+            if nxt is None:
+                return
+            s, k, abs_k = nxt
+
+    def _load(self, s: str, k: int, abs_k: int) -> None:
+        if self._e == len(self._buf):
+            self._buf, self._base, self._e, self._scan = s, abs_k - k, k, k
+        else:
+            e = self._e
+            self._buf = self._buf[e:] + s[k:]
+            self._base += e
+            self._scan -= e
+            if self._nl >= 0:
+                self._nl -= e
+            self._e = 0
+
+    def _text(self, kind: str, i: int, j: int) -> None:
+        if j > i:
+            b = self._base
+            self._out.append(Event(kind, self._buf[i:j], (b + i, b + j)))
+
+    def _reset_md(self, line_start: bool) -> None:
+        self._fence = None
+        self._tick = self._tick_run = 0
+        self._frun, self._fblank = 0, True
+        self._line_start = line_start
+        self._lead = 0 if line_start else -1
+        self._nl = -1
+
+    # -- text states -----------------------------------------------------------------------
+
+    def _scan_text(self, eof: bool):
+        buf = self._buf
+        n = len(buf)
+        i = self._scan
+        chan = self._chan
+        while i < n:
+            c = buf[i]
+            if self._at_start:
+                if c in " \t\r\n":
+                    i += 1
+                    continue
+                if c == "<":
+                    m = match_literal(buf, i, THINK_OPEN)
+                    if m == PREFIX and not eof:
+                        break
+                    if m == FULL:
+                        self._text(MARKUP, self._e, i + len(THINK_OPEN))
+                        self._e = i = i + len(THINK_OPEN)
+                        self._chan = chan = REASONING
+                        self._at_start = False
+                        self._eat_nl = True
+                        self._reset_md(line_start=True)
+                        continue
+                # No <think>: the held whitespace is ordinary text, examined from the start.
+                self._at_start = False
+                i = self._e
+                continue
+            if c == "\n":
+                if self._frun >= 3:
+                    if self._fence is None:
+                        self._fence = (self._fchar, self._frun)
+                    elif (
+                        self._fchar == self._fence[0]
+                        and self._frun >= self._fence[1]
+                        and self._fblank
+                    ):
+                        self._fence = None
+                self._frun, self._fblank, self._lead = 0, True, 0
+                self._tick = self._tick_run = 0
+                self._line_start = True
+                if self._eat_nl:
+                    j = i
+                    while j < n and buf[j] == "\n":
+                        j += 1
+                    self._text(chan, self._e, i)
+                    self._text(MARKUP, i, j)
+                    self._e = i = j
+                    continue
+                if self._nl < 0:
+                    self._nl = i
+                elif i - self._nl >= _MAX_NL:
+                    self._nl += 1
+                i += 1
+                continue
+            self._eat_nl = False
+            if c == "<":
+                self._apply_ticks()
+                if self._lead >= 0:
+                    self._end_lead(c)
+                act = self._tag(buf, i, eof)
+                if act is None:  # undecided: hold from here (and the newlines before)
+                    break
+                if act is False:  # ordinary text
+                    self._nl = -1
+                    self._line_start = False
+                    i += 1
+                    continue
+                if act is True:  # a tag was consumed; state changed, continue after it
+                    chan = self._chan
+                    i = self._e
+                    continue
+                return act  # a call began: hand its body over
+            self._nl = -1
+            if c == "`":
+                if self._lead >= 0 and (self._frun == 0 or self._fchar == "`"):
+                    self._fchar, self._frun = "`", self._frun + 1
+                else:
+                    self._end_lead(c)
+                if chan == CONTENT:
+                    self._tick_run += 1
+                self._line_start = False
+                i += 1
+                continue
+            self._apply_ticks()
+            if self._lead >= 0:
+                if c == " " and self._frun == 0 and self._lead < 3:
+                    self._lead += 1
+                    self._line_start = False
+                    i += 1
+                    continue
+                if c == "~" and (self._frun == 0 or self._fchar == "~"):
+                    self._fchar, self._frun = "~", self._frun + 1
+                    self._line_start = False
+                    i += 1
+                    continue
+                self._end_lead(c)
+            self._line_start = False
+            m = _SPECIAL.search(buf, i + 1)
+            j = m.start() if m else n
+            if self._frun >= 3 and self._fblank and buf[i:j].strip():
+                self._fblank = False
+            i = j
+        # Emit everything decided; hold the rest.
+        self._scan = i
+        if eof:
+            h = n  # nothing can still become a tag
+            self._nl = -1
+        elif self._at_start:
+            h = self._e
+        else:
+            h = self._nl if self._nl >= 0 else i
+        self._text(chan, self._e, h)
+        self._e = h
+        return None
+
+    def _end_lead(self, c: str) -> None:
+        if self._frun < 3:
+            self._frun = 0
+        elif c not in " \t":
+            self._fblank = False
+        self._lead = -1
+
+    def _apply_ticks(self) -> None:
+        r = self._tick_run
+        if r:
+            if self._tick == 0:
+                self._tick = r
+            elif self._tick == r:
+                self._tick = 0
+            self._tick_run = 0
+
+    def _tag(self, buf: str, i: int, eof: bool):
+        """Decide the '<' at buf[i]: None (hold), False (text), True (tag consumed), or a
+        (text, index, abs) triple to hand to a call that just began."""
+        chan = self._chan
+        quoted = self._fence is not None or (chan == CONTENT and self._tick > 0)
+        undecided = False
+        if chan == REASONING or not quoted:
+            m = match_literal(buf, i, THINK_CLOSE)
+            if m == FULL:
+                self._think_close(i)
+                return True
+            undecided = m == PREFIX
+        if not quoted and (chan == CONTENT or self._line_start):
+            m = match_literal(buf, i, CALL_OPEN)
+            if m == FULL:
+                j = skip_ws(buf, i + len(CALL_OPEN))
+                if j == len(buf):
+                    undecided = True
+                elif j >= 0:
+                    found, mod = dialects.opener_dialect(self.dialect, buf, j)
+                    if found == FULL:
+                        return self._open_call(i, mod)
+                    undecided = undecided or found == PREFIX
+            elif m == PREFIX:
+                undecided = True
+        if undecided and not eof:
+            return None
+        return False
+
+    def _think_close(self, i: int) -> None:
+        end = i + len(THINK_CLOSE)
+        if self._chan == REASONING:
+            start = self._nl if self._nl >= 0 else i
+            self._text(REASONING, self._e, start)
+            self._text(MARKUP, start, end)
+            self._chan = CONTENT
+            self._reset_md(line_start=False)
+        else:
+            # Stray </think> in the answer (seed 004): drop it, keep streaming. The newlines
+            # before it stay answer text; those after it go with the dropped tag.
+            self._text(CONTENT, self._e, i)
+            b = self._base
+            self._out.append(Event(ANOMALY, THINK_CLOSE, (b + i, b + end), anomaly=STRAY_THINK_END))
+            self._nl = -1
+            self._line_start = False
+        self._e = end
+        self._eat_nl = True
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def _open_call(self, i: int, mod):
+        start = self._nl if self._nl >= 0 else i
+        self._text(self._chan, self._e, start)
+        body = i + len(CALL_OPEN)
+        b = self._base
+        self._call = mod.CallParser(self._schemas, self.stream_tools)
+        self._call_origin = self._chan
+        self._call_prefix = self._buf[start:body]
+        self._call_start = self._emitted = b + start
+        self._body_start = b + body
+        self._body = []
+        buf = self._buf
+        self._buf, self._e, self._scan, self._base, self._nl = "", 0, 0, b + body, -1
+        return buf, body, b + body
+
+    def _feed_call(self, s: str, k: int, abs_k: int, eof: bool):
+        call = self._call
+        n = len(s)
+        while k < n and not (call.done or call.error):
+            piece = s[k : k + _WINDOW]
+            k += len(piece)
+            abs_k += len(piece)
+            self._body.append(piece)
+            call.feed(piece)
+            self._drain_call()
+        if eof and not (call.done or call.error):
+            call.finish()
+            self._drain_call()
+        if call.done:
+            return self._end_call(s, k, abs_k)
+        if call.error:
+            return self._fail_call(s, k, abs_k, eof)
+        return None
+
+    def _drain_call(self) -> None:
+        call = self._call
+        if not call.out:
+            return
+        idx, cid = self._call_index, self._call_id()
+        for kind, text, rel in call.out:
+            end = self._body_start + rel
+            span = (self._emitted, end)
+            self._emitted = end
+            k = TOOL_START if kind == "start" else TOOL_ARGS
+            self._out.append(Event(k, text, span, index=idx, call_id=cid))
+        call.out.clear()
+
+    def _call_id(self) -> str:
+        return f"call_{self._prefix}{self._call_index}"
+
+    def _rest(self, rel: int, s: str, k: int, abs_k: int):
+        """The input after body offset `rel`, as (text, index, abs) for the next state."""
+        at = self._body_start + rel
+        s0 = abs_k - k  # absolute offset of s[0]
+        if at >= s0:  # the rest lies within s: no copy
+            return s, at - s0, at
+        return "".join(self._body)[rel:] + s[k:], 0, at
+
+    def _end_call(self, s: str, k: int, abs_k: int):
+        call = self._call
+        idx, cid = self._call_index, self._call_id()
+        end = self._body_start + call.end
+        here = self._emitted
+        if self._schemas and call.name not in self._schemas:
+            self._out.append(Event(ANOMALY, call.name, (here, here), anomaly=UNKNOWN_TOOL,
+                                   index=idx, call_id=cid))
+        if self._call_origin == REASONING:
+            self._out.append(Event(ANOMALY, call.name, (here, here),
+                                   anomaly=IMPLICIT_REASONING_END, index=idx, call_id=cid))
+        tc = ToolCall(cid, call.name, call.arguments, idx)
+        self._out.append(Event(TOOL_CALL, call.name, (here, end), call=tc, index=idx,
+                               call_id=cid))
+        nxt = self._rest(call.end, s, k, abs_k)
+        self._call = None
+        self._call_index += 1
+        self._chan = CONTENT
+        self._reset_md(line_start=True)
+        self._eat_nl = True
+        self._at_start = False
+        return nxt
+
+    def _fail_call(self, s: str, k: int, abs_k: int, eof: bool):
+        """A body that is not a call: its raw text goes back to the channel it came from."""
+        call = self._call
+        unfinished = call.error == "unfinished"
+        body = "".join(self._body)
+        if unfinished:
+            # Verbatim, except that a </think> inside a would-be implicit call still ends
+            # the thinking (so the answer after it is not swallowed).
+            stop = body.find(THINK_CLOSE) if self._call_origin == REASONING else -1
+            rel = len(body) if stop < 0 else stop
+            while stop > 0 and rel > 0 and body[rel - 1] == "\n":
+                rel -= 1
+        else:
+            rel = call.resume if call.resume is not None else len(body)
+        here = self._emitted
+        kind = UNFINISHED_CALL if unfinished else MALFORMED_CALL
+        idx = self._call_index
+        self._out.append(Event(ANOMALY, call.error or kind, (here, here), anomaly=kind, index=idx))
+        text = self._call_prefix + body[:rel]
+        end = self._body_start + rel
+        if text:
+            self._out.append(Event(self._call_origin, text, (here, max(here, end))))
+        nxt = self._rest(rel, s, k, abs_k)
+        self._call = None
+        self._chan = self._call_origin
+        prev = text[-1:] if text else ""
+        self._reset_md(line_start=prev == "\n")
+        self._at_start = False
+        if nxt[1] >= len(nxt[0]) and not eof:
+            return None
+        return nxt
