@@ -1,0 +1,37 @@
+"""What every API route reads: the service it talks to and the server's settings.
+
+Owns `ServerConfig` and `AppState`. Created by `app.config` (the CLI or the GUI), stored on
+`app.state.prism` by `app.api.server.create_app`, read by the route modules through
+`get_state(request)`. Runs on the asyncio loop's thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from engine.service import Service
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8421
+    api_key: str | None = None
+    record: bool = True
+    reasoning_field: str = "reasoning_content"  # reasoning_content | reasoning | both
+    max_queue: int = 16  # past this many waiting requests: 429 with Retry-After
+    max_body_bytes: int = 8 * 1024 * 1024
+    model_name: str = ""  # the name /v1/models reports; any name is served by it
+
+
+@dataclass
+class AppState:
+    service: Service
+    config: ServerConfig = field(default_factory=ServerConfig)
+    loading: bool = False  # /health answers 503 while True
+
+
+def get_state(request: Request) -> AppState:
+    return request.app.state.prism

@@ -1,0 +1,90 @@
+"""Parser benchmark: 1-character feeds per second on a realistic 1 MB output, and the cost of
+1 MB over the cost of 100 kB (linearity). Prints its figures; not part of the test suite.
+
+    python bench/parser.py [--mb 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.parser import OutputParser  # noqa: E402
+
+TOOLS = [
+    {"type": "function", "function": {"name": "run", "parameters": {
+        "type": "object", "properties": {"cmd": {"type": "string"}, "timeout": {"type": "integer"}}}}},
+    {"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}}}},
+]
+
+WORDS = ("the model writes a call when it needs data so we check the file and compare "
+         "values before answering with care about `inline code` and <b>tags</b>").split()
+
+
+def _prose(rng: random.Random, n: int) -> str:
+    lines = []
+    for _ in range(n):
+        lines.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18))) + ".")
+    return "\n".join(lines)
+
+
+def realistic_output(size: int, seed: int = 0) -> str:
+    """Reasoning, `</think>`, an answer with fenced code, and several calls, repeated."""
+    rng = random.Random(seed)
+    parts = [_prose(rng, 6), "\n</think>\n\n"]
+    i = 0
+    while sum(map(len, parts)) < size:
+        i += 1
+        parts.append(_prose(rng, 4))
+        parts.append("\n\n```python\nprint('<tool_call>')\nx = [1, 2]\n```\n\n")
+        if i % 2:
+            parts.append(
+                "<tool_call>\n<function=run>\n<parameter=cmd>\nls -la /tmp && echo done\n"
+                "</parameter>\n<parameter=timeout>\n30\n</parameter>\n</function>\n</tool_call>\n"
+            )
+        else:
+            parts.append("<tool_call>\n" + json.dumps(
+                {"name": "search", "arguments": {"query": "why is the sky blue " * 3}}
+            ) + "\n</tool_call>\n")
+    return "".join(parts)[:size]
+
+
+def feed_chars(text: str, stream_tools: bool) -> float:
+    p = OutputParser(start="reasoning", tools=TOOLS, stream_tools=stream_tools, id_prefix="")
+    feed = p.feed
+    t0 = time.perf_counter()
+    for ch in text:
+        feed(ch)
+    p.finish()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=1.0)
+    args = ap.parse_args()
+    big = realistic_output(int(args.mb * 1_000_000))
+    small = big[: len(big) // 10]
+    print(f"output: {len(big):,} chars, {big.count('<tool_call>')} tool-call tags, "
+          f"{big.count('```') // 2} fenced blocks")
+    for st in (False, True):
+        t_small = min(feed_chars(small, st) for _ in range(3))
+        t_big = feed_chars(big, st)
+        print(f"stream_tools={st!s:5}: {len(big) / t_big:,.0f} feeds/s (1-char feeds, 1 MB); "
+              f"cost(1 MB)/cost(100 kB) = {t_big / t_small:.2f}")
+    p = OutputParser(start="reasoning", tools=TOOLS, id_prefix="")
+    t0 = time.perf_counter()
+    p.feed(big)
+    p.finish()
+    print(f"whole 1 MB in one feed: {(time.perf_counter() - t0) * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

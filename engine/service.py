@@ -1,0 +1,247 @@
+"""The service: one request in, one stream of parser events out, recorded and measured.
+
+Owns `Service` and `Run`. `Service.submit()` (any thread) renders the prompt with the pack's
+chat template, checks the context, and queues a job on the engine. The engine thread then calls
+back per token: the token goes through the run's own `OutputParser`, and the resulting events
+are fanned out to the run's consumers (a blocking iterator, an asyncio queue, the GUI's
+listeners), the recorder and the metrics. So every consumer sees the same events, and a
+non-streamed reply is built from exactly what a streamed one sent.
+
+Threads: `submit`/`cancel`/iteration from any thread; token and finish callbacks on the engine
+thread; listeners are called on the engine thread and must only enqueue (the GUI drains its
+queue on a timer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+
+from engine.base import Engine, Finish, Job, Timings, Token
+from engine.events import ANOMALY, Event, ParseResult, result_of
+from engine.parser import OutputParser
+from engine.request import ChatRequest
+from engine.template import ChatTemplate, start_state
+
+_DONE = object()
+_ids = itertools.count(1)
+
+
+class ContextOverflow(ValueError):
+    """The rendered prompt (plus max_tokens) does not fit the model's context."""
+
+    def __init__(self, n_ctx: int, prompt_tokens: int, max_tokens: int | None) -> None:
+        self.n_ctx, self.prompt_tokens, self.max_tokens = n_ctx, prompt_tokens, max_tokens
+        asked = prompt_tokens + (max_tokens or 0)
+        super().__init__(
+            f"This model's maximum context length is {n_ctx} tokens. However, you requested "
+            f"{asked} tokens ({prompt_tokens} in the messages, {max_tokens or 0} in the "
+            "completion). Please reduce the length of the messages or completion."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunUpdate:
+    """What listeners receive: a run started (events empty), produced events, or finished."""
+
+    run: Run
+    kind: str  # "start" | "events" | "finish"
+    events: tuple[Event, ...] = ()
+    token: Token | None = None
+
+
+class Run:
+    """One request's life: its prompt, its events as they come, and its final result.
+
+    Consume with `for ev in run` (blocking, any thread) or `async for ev in run.stream()`;
+    either way, each consumer must be attached before the job starts (submit does it for
+    the built-in iterator; `stream()` replays events already produced, so late attachment
+    loses nothing).
+    """
+
+    def __init__(self, service: Service, request: ChatRequest, prompt: str, start: str,
+                 prompt_tokens: int) -> None:
+        self.id = f"req-{next(_ids)}-{secrets.token_hex(3)}"
+        self.request = request
+        self.prompt = prompt
+        self.start_state = start
+        self.prompt_tokens = prompt_tokens
+        self.created = time.time()
+        self.parser = OutputParser(start=start, dialect=service.pack.dialect,
+                                   tools=request.tools, stream_tools=request.stream_tools)
+        self.events: list[Event] = []
+        self.tokens: list[Token] = []
+        self.finish: Finish | None = None
+        self.result: ParseResult | None = None
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._queues: list[Callable[[object], None]] = []
+        self.job: Job | None = None
+
+    # consumers ------------------------------------------------------------------------------
+
+    def _attach(self, put: Callable[[object], None]) -> None:
+        with self._lock:
+            for ev in self.events:
+                put(ev)
+            if self._done.is_set():
+                put(_DONE)
+            else:
+                self._queues.append(put)
+
+    def __iter__(self) -> Iterator[Event]:
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        self._attach(q.put)
+        while (item := q.get()) is not _DONE:
+            yield item
+
+    async def stream(self) -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue = asyncio.Queue()
+        self._attach(lambda item: loop.call_soon_threadsafe(q.put_nowait, item))
+        while (item := await q.get()) is not _DONE:
+            yield item
+
+    def wait(self, timeout: float | None = None) -> ParseResult | None:
+        self._done.wait(timeout)
+        return self.result
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+
+    @property
+    def finish_reason(self) -> str:
+        """"tool_calls" when a call completed, else the engine's reason."""
+        if self.result is None:
+            return "running"
+        return self.result.finish_reason
+
+    @property
+    def timings(self) -> Timings:
+        return self.finish.timings if self.finish else Timings()
+
+    # engine-thread side -----------------------------------------------------------------
+
+    def _publish(self, evs: list[Event]) -> None:
+        with self._lock:
+            self.events.extend(evs)
+            for put in self._queues:
+                for ev in evs:
+                    put(ev)
+
+    def _close(self) -> None:
+        with self._lock:
+            self._done.set()
+            for put in self._queues:
+                put(_DONE)
+            self._queues.clear()
+
+
+class Service:
+    """Renders, submits, parses, records and measures. One per engine."""
+
+    def __init__(self, engine: Engine, pack, *, metrics=None, recorder=None) -> None:
+        self.engine = engine
+        self.pack = pack
+        self.template = ChatTemplate(pack.template, bos_token=getattr(pack, "bos_token", ""),
+                                     eos_token=getattr(pack, "eos_token", ""))
+        self.metrics = metrics
+        self.recorder = recorder
+        self._listeners: list[Callable[[RunUpdate], None]] = []
+
+    def add_listener(self, fn: Callable[[RunUpdate], None]) -> None:
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn: Callable[[RunUpdate], None]) -> None:
+        if fn in self._listeners:
+            self._listeners.remove(fn)
+
+    def _notify(self, upd: RunUpdate) -> None:
+        for fn in list(self._listeners):
+            fn(upd)
+
+    def render(self, request: ChatRequest) -> str:
+        thinking = self.pack.thinking if request.thinking is None else request.thinking
+        return self.template.render(
+            request.messages,
+            tools=request.tools,
+            add_generation_prompt=request.add_generation_prompt,
+            enable_thinking=thinking,
+        )
+
+    def count_tokens(self, request: ChatRequest) -> int:
+        return len(self.engine.tokenize(self.render(request)))
+
+    def submit(self, request: ChatRequest) -> Run:
+        """Render and queue a request; raises TemplateError or ContextOverflow (before any
+        work is queued, so the caller can answer with a clean error)."""
+        prompt = self.render(request)
+        n_prompt = len(self.engine.tokenize(prompt))
+        n_ctx = self.engine.n_ctx
+        if n_prompt >= n_ctx or (request.max_tokens and n_prompt + request.max_tokens > n_ctx):
+            raise ContextOverflow(n_ctx, n_prompt, request.max_tokens)
+        run = Run(self, request, prompt, start_state(prompt), n_prompt)
+        s = request.sampling
+        max_tokens = request.max_tokens or max(1, n_ctx - n_prompt)
+        job = Job(
+            prompt=prompt, max_tokens=max_tokens, temperature=s.temperature, top_p=s.top_p,
+            top_k=s.top_k, min_p=s.min_p, repeat_penalty=s.repeat_penalty, seed=s.seed,
+            stop=request.stop, grammar=request.grammar, top_logprobs=request.top_logprobs,
+            submitted_at=time.perf_counter(),
+        )
+        job.on_token = lambda tok: self._on_token(run, tok)
+        job.on_finish = lambda fin: self._on_finish(run, fin)
+        run.job = job
+        if self.metrics is not None:
+            self.metrics.request_started(run.id, request.dialect, self.engine.name, n_prompt)
+        if self.recorder is not None:
+            self.recorder.request(run)
+        self._notify(RunUpdate(run, "start"))
+        self.engine.submit(job)
+        return run
+
+    # engine thread ------------------------------------------------------------------------
+
+    def _on_token(self, run: Run, tok: Token) -> None:
+        run.tokens.append(tok)
+        evs = run.parser.feed(tok.text)
+        if self.recorder is not None:
+            self.recorder.token(run.id, len(run.tokens) - 1, tok)
+        if self.metrics is not None:
+            self.metrics.token(run.id, tok.t)
+            for ev in evs:
+                if ev.kind == ANOMALY:
+                    self.metrics.anomaly(run.id, ev.anomaly, ev)
+        if evs:
+            run._publish(evs)
+        self._notify(RunUpdate(run, "events", tuple(evs), tok))
+
+    def _on_finish(self, run: Run, fin: Finish) -> None:
+        evs = run.parser.finish(fin.reason)
+        if evs:
+            run._publish(evs)
+            if self.metrics is not None:
+                for ev in evs:
+                    if ev.kind == ANOMALY:
+                        self.metrics.anomaly(run.id, ev.anomaly, ev)
+        reason = fin.reason if fin.reason in ("stop", "length") else fin.reason
+        run.result = result_of(run.events, reason)
+        run.finish = fin
+        if self.metrics is not None:
+            self.metrics.request_finished(run.id, run.result.finish_reason, fin.timings)
+        if self.recorder is not None:
+            self.recorder.finish(run)
+        self._notify(RunUpdate(run, "events", tuple(evs)))
+        self._notify(RunUpdate(run, "finish"))
+        run._close()
