@@ -4,7 +4,8 @@
     prism serve ...        the local server only (app/serve.py)
     prism parse ...        run the output parser over a file (app/parse.py)
 
-Runs on the main thread; each verb module exposes `add_arguments(parser)` and `run(args)`.
+Runs on the main thread. Each verb module exposes `add_arguments(parser)` and `run(args)`; only
+the chosen verb's module is imported, so `prism parse` never loads Qt or the model.
 """
 
 from __future__ import annotations
@@ -20,23 +21,24 @@ VERBS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="prism", description="Inspector and local server for LLM output.")
-    sub = ap.add_subparsers(dest="verb")
-    for verb, (mod_name, help_text) in VERBS.items():
-        mod = importlib.import_module(mod_name)
-        p = sub.add_parser(verb, help=help_text, description=help_text)
-        mod.add_arguments(p)
-        p.set_defaults(_module=mod)
-    return ap
+def _usage() -> str:
+    lines = ["usage: prism [gui|serve|parse] [options]", "", "verbs:"]
+    lines += [f"  {verb:7} {help_text}" for verb, (_, help_text) in VERBS.items()]
+    lines += ["", "`prism VERB --help` shows a verb's options; `prism` alone opens the window."]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in VERBS and argv[0] not in ("-h", "--help"):
-        argv = ["gui", *argv]  # `prism` alone (or with gui options) opens the inspector
-    args = build_parser().parse_args(argv)
-    return int(args._module.run(args) or 0)
+    if argv and argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    verb = argv.pop(0) if argv and argv[0] in VERBS else "gui"
+    mod_name, help_text = VERBS[verb]
+    mod = importlib.import_module(mod_name)
+    p = argparse.ArgumentParser(prog=f"prism {verb}", description=help_text)
+    mod.add_arguments(p)
+    return int(mod.run(p.parse_args(argv)) or 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""Engine options shared by the `gui` and `serve` verbs, and the wiring they imply.
+
+Owns `add_engine_arguments()` and `build_service()`: which pack (built-in name, directory, or
+`--model FILE.gguf`), which engine (llama.cpp or replay), and the metrics and recorder that
+every request goes through. Runs on the main thread at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from engine.metrics import Metrics
+from engine.packs import load_pack, pack_from_dir, pack_from_gguf
+from engine.recording import Recorder, default_session_path
+from engine.service import Service
+
+DEFAULT_PACK = "smollm2"
+REPLAY_PACK = "qwen3-xml"  # plain-text replays start in reasoning, as a Qwen3 server would
+
+
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--pack", help="a built-in pack name or a pack directory "
+                     "(a GGUF plus tokenizer/chat_template.jinja)")
+    src.add_argument("--model", help="a GGUF file; its chat template comes from its metadata")
+    p.add_argument("--replay", nargs="+", metavar="FILE", help="serve recorded sessions or "
+                   "plain-text model outputs instead of a model (each request takes the next)")
+    p.add_argument("--replay-speed", type=float, default=0.0,
+                   help="replay pace: 0 instant (default), 1 as recorded, N for N× faster")
+    p.add_argument("--n-ctx", type=int, default=4096, help="context length (default 4096)")
+    p.add_argument("--n-gpu-layers", type=int, default=0,
+                   help="layers to offload to Metal/CUDA when llama-cpp-python was built for it")
+    p.add_argument("--no-record", action="store_true", help="do not record requests")
+    p.add_argument("--record-to", type=Path, help="session file (default: the user data dir)")
+
+
+def resolve(args: argparse.Namespace):
+    """The pack these arguments name."""
+    if args.model:
+        return pack_from_gguf(Path(args.model))
+    if args.pack and (os.sep in args.pack or Path(args.pack).is_dir()):
+        return pack_from_dir(Path(args.pack))
+    if args.pack:
+        return load_pack(args.pack)
+    return load_pack(REPLAY_PACK if args.replay else DEFAULT_PACK)
+
+
+def build_service(args: argparse.Namespace) -> Service:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    pack = resolve(args)
+    if args.replay:
+        from engine.replay import ReplayEngine
+
+        engine = ReplayEngine([Path(f) for f in args.replay], speed=args.replay_speed)
+    else:
+        from engine.llama import LlamaEngine
+
+        if pack.gguf is None:
+            raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
+        engine = LlamaEngine(pack.gguf, n_ctx=args.n_ctx or pack.n_ctx,
+                             n_gpu_layers=args.n_gpu_layers)
+    recorder = None
+    if not args.no_record:
+        recorder = Recorder(args.record_to or default_session_path(),
+                            model=engine.name, pack=pack.name)
+    return Service(engine, pack, metrics=Metrics(model=engine.name), recorder=recorder)
