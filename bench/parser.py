@@ -15,17 +15,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.parser import OutputParser  # noqa: E402
+from engine.parser import OutputParser
 
 TOOLS = [
     {"type": "function", "function": {"name": "run", "parameters": {
-        "type": "object", "properties": {"cmd": {"type": "string"}, "timeout": {"type": "integer"}}}}},
+        "type": "object",
+        "properties": {"cmd": {"type": "string"}, "timeout": {"type": "integer"}}}}},
     {"type": "function", "function": {"name": "search", "parameters": {
         "type": "object", "properties": {"query": {"type": "string"}}}}},
 ]
 
-WORDS = ("the model writes a call when it needs data so we check the file and compare "
-         "values before answering with care about `inline code` and <b>tags</b>").split()
+WORDS = (
+    "the model writes a call when it needs data so we check the file and compare "
+    "values before answering with care about `inline code` and <b>tags</b>"
+).split()
 
 
 def _prose(rng: random.Random, n: int) -> str:

@@ -35,7 +35,7 @@ import re
 import secrets
 
 from engine import dialects
-from engine.dialects.common import FULL, NONE, PREFIX, match_literal, skip_ws, tool_schemas
+from engine.dialects.common import FULL, PREFIX, match_literal, skip_ws, tool_schemas
 from engine.events import (
     ANOMALY,
     CONTENT,
@@ -81,6 +81,7 @@ class OutputParser:
         self._schemas = tool_schemas(tools)
         self._prefix = secrets.token_hex(4) if id_prefix is None else id_prefix
         self._out: list[Event] = []
+        self._plain = False  # the fast path of feed() applies (see feed)
         self._chan = start
         self._total = 0  # characters fed so far
         # text state: _buf[_e:] is not yet emitted, _buf[:_scan] has been examined
@@ -129,34 +130,34 @@ class OutputParser:
         return self._total
 
     def feed(self, text: str) -> list[Event]:
+        # Fast path: plain text and nothing held, the common per-token case. `_plain` is
+        # recomputed after every slow feed; plain text cannot change any of its conditions.
+        if self._plain and _SPECIAL.search(text) is None:
+            pos = self._total
+            end = self._total = pos + len(text)
+            return [Event(self._chan, text, (pos, end))] if text else []
         out = self._out = []
         if not text:
             return out
         pos = self._total
         self._total = pos + len(text)
-        # Fast path: plain text with nothing held (the common per-token case).
-        if (
+        self._pump(text, 0, pos, eof=False)
+        self._plain = (
             self._call is None
             and self._e == len(self._buf)
             and not self._at_start
             and not self._eat_nl
             and self._lead < 0
             and not self._tick_run
-            and _SPECIAL.search(text) is None
-        ):
-            if self._frun >= 3 and self._fblank and text.strip():
-                self._fblank = False
-            self._line_start = False
-            self._buf, self._e, self._scan, self._base = "", 0, 0, self._total
-            out.append(Event(self._chan, text, (pos, self._total)))
-            return out
-        self._pump(text, 0, pos, eof=False)
+            and self._frun < 3
+        )
         return out
 
     def finish(self, reason: str = "stop") -> list[Event]:
         """End of output: resolve everything held. `reason` is informational (the engine's
         finish reason); use `events.result_of` for the final result."""
         out = self._out = []
+        self._plain = False
         self._pump("", 0, self._total, eof=True)
         return out
 

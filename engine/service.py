@@ -235,8 +235,7 @@ class Service:
                 for ev in evs:
                     if ev.kind == ANOMALY:
                         self.metrics.anomaly(run.id, ev.anomaly, ev)
-        reason = fin.reason if fin.reason in ("stop", "length") else fin.reason
-        run.result = result_of(run.events, reason)
+        run.result = result_of(run.events, fin.reason)
         run.finish = fin
         if self.metrics is not None:
             self.metrics.request_finished(run.id, run.result.finish_reason, fin.timings)

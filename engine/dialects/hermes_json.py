@@ -76,7 +76,13 @@ class CallParser:
         for ch in text:
             self._pos += 1
             if self._phase == 1:
+                mark = len(self._frag)
                 self._scan(ch)
+                if self.error:
+                    # Keep what the characters before the bad one produced, so the events
+                    # are the same however the text was chunked.
+                    del self._frag[mark:]
+                    self._flush(self._pos - 1)
             elif self._phase == 0:
                 if ch in WS:
                     continue
@@ -131,9 +137,9 @@ class CallParser:
         if self._emit_base:
             self._frag.append(s)
 
-    def _flush(self) -> None:
+    def _flush(self, end: int | None = None) -> None:
         if self._frag:
-            self.out.append(("args", "".join(self._frag), self._pos))
+            self.out.append(("args", "".join(self._frag), self._pos if end is None else end))
             self._frag = []
 
     def _scan(self, ch: str) -> None:

@@ -1,4 +1,4 @@
-"""Qwen XML tool-call bodies: `<function=NAME>` `<parameter=KEY>` value `</parameter>` `</function>`.
+"""Qwen XML tool-call bodies: `<function=NAME>`, `<parameter=KEY>` value `</parameter>`.
 
 Owns the incremental reader of one call body (the text after `<tool_call>`). Run by whichever
 thread drives the parser.
@@ -106,7 +106,7 @@ class CallParser:
         while not (self.done or self.error):
             b = self._buf
             st = self._st
-            if st == _PRE or st == _BETWEEN or st == _AFTER:
+            if st in (_PRE, _BETWEEN, _AFTER):
                 j = _after_ws(b, 0)
                 if j:
                     self._eat(j)
@@ -146,12 +146,15 @@ class CallParser:
                         return
                 if m == PREFIX and not eof:
                     return
+                if m == PREFIX and st != _AFTER:  # the output ended inside a tag
+                    self.error = "unfinished"
+                    return
                 if st == _AFTER:  # eof inside a partial </tool_call>: the function is complete
                     self.done, self.end = True, self._pos
                     return
                 self._fail("expected " + ("<function=" if st == _PRE else "<parameter="))
                 return
-            if st == _NAME or st == _KEY:
+            if st in (_NAME, _KEY):
                 k = b.find(">")
                 bad = b.find("\n", 0, k if k >= 0 else len(b))
                 if bad >= 0 or (k < 0 and len(b) > _MAX_NAME) or k > _MAX_NAME:

@@ -1,0 +1,414 @@
+"""engine/parser.py: one table case per rule, the seed-000 controls, the recorded failures.
+
+Every case is parsed whole, 1 character at a time and in random chunks, with stream_tools off
+and on (parse_all_ways), so each row also checks the chunking invariants.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.events import ANOMALY, CONTENT, MARKUP, REASONING, TOOL_ARGS, TOOL_START
+from engine.parser import OutputParser
+from tests.engine.parser_harness import parse_all_ways, run
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"}, "days": {"type": "integer"},
+            "metric": {"type": "boolean"}, "opts": {"type": "object"},
+            "code": {"type": "string"}, "tags": {"type": "array"},
+        }}}},
+    {"type": "function", "function": {"name": "read_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}}}},
+]
+
+XML_CALL = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "</function>\n</tool_call>"
+)
+HERMES_CALL = (
+    '<tool_call>\n{"name": "read_file", "arguments": {"path": "/etc/hosts"}}\n</tool_call>'
+)
+REAL_TAIL = "\n</think>\n\n" + XML_CALL
+
+
+def anomalies(res) -> dict:
+    return {k: v for k, v in res.anomalies.items() if v}
+
+
+# --- rule 1, 2: start state, <think>, </think>, newlines belong to tags ---------------------
+
+
+def test_reasoning_then_answer_newlines_belong_to_tags():
+    res = parse_all_ways("Let me see.\n\n</think>\n\nThe answer is 4.")
+    assert res.reasoning == "Let me see."
+    assert res.content == "The answer is 4."
+    assert res.finish_reason == "stop" and not anomalies(res)
+
+
+def test_model_written_think_at_start_is_consumed_from_content_start():
+    res = parse_all_ways("  \n<think>\nhmm\n</think>\n\nok", start="content")
+    assert (res.reasoning, res.content) == ("hmm", "ok")
+
+
+def test_model_written_think_at_start_when_template_opened_it():
+    res = parse_all_ways("<think>\nhmm\n</think>\nok")
+    assert (res.reasoning, res.content) == ("hmm", "ok")
+
+
+def test_think_later_in_content_is_text():
+    res = parse_all_ways("Use <think> tags.", start="content")
+    assert res.content == "Use <think> tags." and res.reasoning == ""
+
+
+def test_content_start_plain_answer():
+    res = parse_all_ways("Hello there\nsecond line", start="content")
+    assert (res.reasoning, res.content) == ("", "Hello there\nsecond line")
+
+
+def test_empty_thinking_block():
+    res = parse_all_ways("\n\n</think>\n\nAnswer")
+    assert (res.reasoning, res.content) == ("", "Answer")
+
+
+def test_unclosed_reasoning_stays_reasoning_with_partial_tag():
+    res = parse_all_ways("still thinking </thi")
+    assert res.reasoning == "still thinking </thi" and res.content == ""
+
+
+def test_think_close_inside_reasoning_fence_still_ends_reasoning():
+    res = parse_all_ways("```\ncode\n</think>\nanswer")
+    assert (res.reasoning, res.content) == ("```\ncode", "answer")
+
+
+# --- rule 3: implicit end of reasoning --------------------------------------------------------
+
+
+def test_implicit_end_real_call_in_reasoning():
+    res = parse_all_ways("I will check the weather.\n\n" + XML_CALL, tools=TOOLS)
+    assert res.reasoning == "I will check the weather."
+    assert [c.name for c in res.tool_calls] == ["get_weather"]
+    assert res.tool_calls[0].arguments == {"city": "Paris"}
+    assert res.finish_reason == "tool_calls"
+    assert anomalies(res) == {"implicit_reasoning_end": 1}
+
+
+def test_implicit_end_call_begins_the_reasoning():
+    res = parse_all_ways(XML_CALL, tools=TOOLS)
+    assert res.reasoning == "" and len(res.tool_calls) == 1
+    assert anomalies(res) == {"implicit_reasoning_end": 1}
+
+
+def test_implicit_end_with_whitespace_before_opener_and_hermes_opener():
+    res = parse_all_ways("go\n<tool_call>  \n\n" + HERMES_CALL[len("<tool_call>\n"):])
+    assert res.reasoning == "go" and res.tool_calls[0].name == "read_file"
+
+
+def test_think_close_wins_when_first():
+    res = parse_all_ways("plan\n</think>\n\n" + XML_CALL, tools=TOOLS)
+    assert res.reasoning == "plan" and res.content == "" and len(res.tool_calls) == 1
+    assert anomalies(res) == {}
+
+
+def test_implicit_call_unfinished_is_reasoning_verbatim():
+    text = "thinking\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar"
+    res = parse_all_ways(text, tools=TOOLS)
+    assert res.reasoning == text and res.tool_calls == ()
+    assert anomalies(res) == {"unfinished_call": 1}
+
+
+def test_implicit_end_counted_once_per_response():
+    res = parse_all_ways("r\n" + XML_CALL + "\n" + XML_CALL, tools=TOOLS)
+    assert len(res.tool_calls) == 2 and res.anomalies["implicit_reasoning_end"] == 1
+
+
+def test_implicit_call_after_mention_then_think_close_inside_would_be_call():
+    # A would-be call in the thinking that never completes but contains </think>: the
+    # thinking still ends there, the answer after it is not swallowed.
+    text = "x\n<tool_call>\n<function=f>\n<parameter=a>\nv\n</think>\nThe answer."
+    res = parse_all_ways(text)
+    assert res.content == "The answer."
+    assert res.reasoning == "x\n<tool_call>\n<function=f>\n<parameter=a>\nv"
+    assert anomalies(res) == {"unfinished_call": 1}
+
+
+# --- the ten mention-only controls of seed 000 ------------------------------------------------
+
+CONTROLS = {
+    "backticks": "The format is `<tool_call>` with `<function=name>` inside.",
+    "whole_call_mid_sentence": "It looks like <tool_call>\n<function=get_weather>\n"
+    "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call> in the docs.",
+    "backticks_at_line_start": "Example:\n`<tool_call>\n<function=get_weather>\n</function>\n"
+    "</tool_call>`\nthat is all.",
+    "line_start_tag_no_opener": "Next step:\n<tool_call>\nI should call read_file next.",
+    "another_tag_after_it": "Next step:\n<tool_call>\n</tool_call>\nthen think more.",
+    "indented": "Steps:\n  <tool_call>\n  <function=get_weather>\n  </function>\n  </tool_call>",
+    "quote": "Quoted:\n> <tool_call>\n> <function=get_weather>\n> </function>\n> </tool_call>",
+    "backtick_fence": "Like this:\n```xml\n<tool_call>\n<function=get_weather>\n"
+    "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>\n```\nok.",
+    "tilde_fence": "Like this:\n~~~\n<tool_call>\n<function=get_weather>\n</function>\n"
+    "</tool_call>\n~~~\nok.",
+    "bare_tag_before_think_close": "I will now call it.\n<tool_call>",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTROLS))
+def test_mention_only_control_gives_no_call(name):
+    text = CONTROLS[name]
+    res = parse_all_ways(text, tools=TOOLS)
+    assert res.tool_calls == () and res.reasoning == text and res.content == ""
+    assert res.anomalies["implicit_reasoning_end"] == 0
+
+
+@pytest.mark.parametrize("name", sorted(CONTROLS))
+def test_mention_only_control_then_think_close_and_real_call(name):
+    text = CONTROLS[name]
+    res = parse_all_ways(text + REAL_TAIL, tools=TOOLS)
+    assert res.reasoning == text
+    assert [c.name for c in res.tool_calls] == ["get_weather"]
+    assert res.anomalies["implicit_reasoning_end"] == 0
+    assert res.finish_reason == "tool_calls"
+
+
+# --- the four real recorded failures ----------------------------------------------------------
+
+
+def _recorded():
+    data = json.loads((FIXTURES / "recorded_tool_call_in_thinking.json").read_text("utf-8"))
+    return data["falhas"]
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_recorded_failure_gives_exactly_one_call(i):
+    case = _recorded()[i]
+    raw = case["reasoning_content"]
+    before = raw[: raw.index("<tool_call>")].rstrip("\n")
+    res = parse_all_ways(raw, seeds=(i,))
+    assert len(res.tool_calls) == 1
+    assert res.reasoning == before
+    assert res.finish_reason == "tool_calls"
+    assert res.anomalies["implicit_reasoning_end"] == 1
+    call = res.tool_calls[0]
+    assert call.name in ("tool_call", "execute_code")
+    key = "calls" if call.name == "tool_call" else "code"
+    assert key in call.arguments
+    if key == "calls":  # no schema: the JSON value is decoded
+        assert isinstance(call.arguments["calls"], list)
+
+
+# --- rule 4, 5: content -----------------------------------------------------------------------
+
+
+def test_content_call_after_text_and_several_calls_with_text_after():
+    text = "Sure.\n" + XML_CALL + "\n" + HERMES_CALL + "\nDone."
+    res = parse_all_ways(text, start="content", tools=TOOLS)
+    assert [c.name for c in res.tool_calls] == ["get_weather", "read_file"]
+    assert [c.index for c in res.tool_calls] == [0, 1]
+    assert [c.id for c in res.tool_calls] == ["call_0", "call_1"]
+    assert res.content == "Sure.Done."
+
+
+def test_content_call_mid_line_is_real():
+    res = parse_all_ways("Checking now. " + XML_CALL, start="content", tools=TOOLS)
+    assert len(res.tool_calls) == 1 and res.content == "Checking now. "
+
+
+@pytest.mark.parametrize("quote", ["inline", "fence", "tilde"])
+def test_content_quoted_call_stays_text(quote):
+    wrap = {
+        "inline": "Write `" + XML_CALL + "` like that.",
+        "fence": "Like:\n```\n" + XML_CALL + "\n```\n",
+        "tilde": "Like:\n~~~~\n" + XML_CALL + "\n~~~~\n",
+    }[quote]
+    res = parse_all_ways(wrap, start="content", tools=TOOLS)
+    assert res.tool_calls == () and res.content == wrap
+
+
+def test_content_fence_closes_then_real_call():
+    text = "```python\nx = '<tool_call>'\n```\n" + XML_CALL
+    res = parse_all_ways(text, start="content", tools=TOOLS)
+    assert len(res.tool_calls) == 1 and res.content == "```python\nx = '<tool_call>'\n```"
+
+
+def test_stray_think_close_dropped_and_answer_streams():
+    text = "reason\n</think>\n\nFirst part.\n\n</think>\n\nSecond part."
+    res = parse_all_ways(text)
+    assert res.reasoning == "reason"
+    assert res.content == "First part.\n\nSecond part."
+    assert anomalies(res) == {"stray_think_end": 1}
+
+
+def test_stray_think_close_does_not_hold_the_answer():
+    p = OutputParser(start="content", id_prefix="")
+    p.feed("draft</think>")
+    streamed = []
+    for ch in "The answer streams live.":
+        streamed += [e.text for e in p.feed(ch) if e.kind == CONTENT]
+    assert "".join(streamed) == "The answer streams live."  # before finish()
+
+
+def test_quoted_think_close_in_content_is_kept():
+    res = parse_all_ways("Models write `</think>` to end.", start="content")
+    assert res.content == "Models write `</think>` to end." and not anomalies(res)
+
+
+def test_content_unfinished_call_returned_as_content():
+    text = "ok " + XML_CALL[:40]
+    res = parse_all_ways(text, start="content", tools=TOOLS)
+    assert res.content == text and res.tool_calls == ()
+    assert anomalies(res) == {"unfinished_call": 1}
+
+
+# --- rule 7: Qwen XML bodies ------------------------------------------------------------------
+
+
+def _xml(params: str, name: str = "get_weather") -> str:
+    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
+
+def test_value_may_contain_end_parameter():
+    body = "<parameter=code>\nif a </parameter> b:\n    pass\n</parameter>\n"
+    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"code": "if a </parameter> b:\n    pass"}
+
+
+def test_missing_end_parameter_recovered():
+    res = parse_all_ways(_xml("<parameter=city>\nRome\n"), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"city": "Rome"}
+
+
+def test_one_leading_and_one_trailing_newline_stripped():
+    res = parse_all_ways(_xml("<parameter=city>\n\nRome\n\n</parameter>\n"), start="content",
+                         tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"city": "\nRome\n"}
+
+
+def test_schema_typing():
+    body = (
+        "<parameter=city>\n123\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+        "<parameter=metric>\ntrue\n</parameter>\n<parameter=opts>\n{\"a\": [1, 2]}\n</parameter>\n"
+        "<parameter=tags>\nnot json\n</parameter>\n"
+    )
+    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {
+        "city": "123", "days": 3, "metric": True, "opts": {"a": [1, 2]}, "tags": "not json"}
+
+
+def test_no_schema_values_json_with_raw_fallback():
+    body = "<parameter=n>\n42\n</parameter>\n<parameter=s>\nhello\n</parameter>\n"
+    res = parse_all_ways(_xml(body, name="other"), start="content")
+    assert res.tool_calls[0].arguments == {"n": 42, "s": "hello"}
+
+
+def test_unknown_tool_is_called_and_flagged():
+    res = parse_all_ways(_xml("", name="launch_rockets"), start="content", tools=TOOLS)
+    assert res.tool_calls[0].name == "launch_rockets" and res.tool_calls[0].arguments == {}
+    assert anomalies(res) == {"unknown_tool": 1}
+
+
+def test_repeated_parameter_keeps_first():
+    body = "<parameter=city>\nA\n</parameter>\n<parameter=city>\nB\n</parameter>\n"
+    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"city": "A"}
+
+
+def test_malformed_xml_body_returned_as_text():
+    text = "<tool_call>\n<function=get_weather>\nsome prose instead\n</tool_call> after"
+    res = parse_all_ways(text, start="content", tools=TOOLS)
+    assert res.tool_calls == () and res.content == text
+    assert anomalies(res) == {"malformed_call": 1}
+
+
+# --- Hermes JSON ------------------------------------------------------------------------------
+
+
+def test_hermes_json_call_with_nested_arguments():
+    args = {"q": "sky </tool_call> blue", "n": [1, 2.5, None, True], "o": {"k": "é😀"}}
+    text = "<tool_call>\n" + json.dumps({"name": "search", "arguments": args}) + "\n</tool_call>"
+    res = parse_all_ways(text, start="content")
+    assert res.tool_calls[0].name == "search" and res.tool_calls[0].arguments == args
+
+
+def test_hermes_arguments_as_string_and_name_after_arguments():
+    text = ('<tool_call>\n{"name": "f", "arguments": "{\\"a\\": 1}"}\n</tool_call>'
+            '<tool_call>{"name": "g", "arguments": {"b": 2}, "name2": 0}</tool_call>')
+    res = parse_all_ways(text, start="content", dialect="hermes-json")
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [("f", {"a": 1}), ("g", {"b": 2})]
+
+
+def test_hermes_malformed_json_returned_as_text():
+    text = '<tool_call>\n{"name": "f", "arguments": {"a": 1,}}\n</tool_call>'
+    res = parse_all_ways(text, start="content")
+    assert res.tool_calls == () and res.content == text
+    assert anomalies(res) == {"malformed_call": 1}
+
+
+def test_dialect_restricts_openers():
+    res = parse_all_ways(HERMES_CALL, start="content", dialect="qwen-xml")
+    assert res.tool_calls == () and res.content == HERMES_CALL
+    res = parse_all_ways(XML_CALL, start="content", dialect="hermes-json")
+    assert res.tool_calls == () and res.content == XML_CALL
+
+
+# --- rule 8: stream_tools events --------------------------------------------------------------
+
+
+def test_stream_tools_emits_start_then_fragments_that_join_to_arguments():
+    body = "<parameter=city>\nNew \"York\" é\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
+    events = run(_xml(body), [1] * 200, start="content", tools=TOOLS, stream_tools=True)
+    kinds = [e.kind for e in events]
+    first_start = kinds.index(TOOL_START)
+    assert events[first_start].text == "get_weather" and events[first_start].call_id == "call_0"
+    frags = [e.text for e in events if e.kind == TOOL_ARGS]
+    assert len(frags) > 5  # the string value streamed as it was written
+    assert "".join(frags) == json.dumps({"city": 'New "York" é', "days": 2})
+    assert kinds.index(TOOL_START) < kinds.index(TOOL_ARGS) < kinds.index("tool_call")
+
+
+def test_markup_events_carry_the_tags():
+    events = run("a\n</think>\n\nb")
+    assert [(e.kind, e.text) for e in events] == [
+        (REASONING, "a"), (MARKUP, "\n</think>"), (MARKUP, "\n\n"), (CONTENT, "b")]
+
+
+def test_anomaly_events_name_their_kind():
+    events = run("x</think>y", start="content")
+    anoms = [e for e in events if e.kind == ANOMALY]
+    assert len(anoms) == 1 and anoms[0].anomaly == "stray_think_end"
+    assert anoms[0].span == (1, 9)
+
+
+# --- Unicode and the held tail ------------------------------------------------------------------
+
+
+def test_unicode_everywhere():
+    call = _xml("<parameter=city>\nZürich 東京\n</parameter>\n")
+    text = "思考中 😀\n</think>\n\nRéponse: ✓\n" + call
+    res = parse_all_ways(text, tools=TOOLS)
+    assert res.reasoning == "思考中 😀" and res.content == "Réponse: ✓"
+    assert res.tool_calls[0].arguments == {"city": "Zürich 東京"}
+
+
+def test_held_tail_is_visible_and_resolves():
+    p = OutputParser(start="reasoning", id_prefix="")
+    p.feed("abc\n<tool_")
+    assert p.held == "\n<tool_"
+    assert p.state == "reasoning"
+    p.feed("call>\n<function=f>")
+    assert p.state == "call"
+    p.feed("\n</function>\n</tool_call>")
+    assert p.held == "" and p.state == "content"
+
+
+def test_bad_arguments_rejected():
+    with pytest.raises(ValueError, match="start"):
+        OutputParser(start="answer")
+    with pytest.raises(ValueError, match="dialect"):
+        OutputParser(dialect="yaml")

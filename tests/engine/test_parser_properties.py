@@ -1,0 +1,80 @@
+"""engine/parser.py invariants, property-tested over outputs built from the grammar's pieces.
+
+For any text and any chunking: identical merged events and results; the events' raw spans tile
+the input; streamed tool_args join to the final arguments; stream_tools never changes the
+result; decided text is never lost (every reasoning/content character comes from the input).
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.events import merge, result_of
+from tests.engine.parser_harness import check_invariants, run
+
+PIECES = [
+    "<think>", "</think>", "<tool_call>", "</tool_call>", "<function=f>", "<function=",
+    "</function>", "<parameter=a>", "<parameter=b>", "</parameter>", "<parameter=",
+    '{"name": "f", "arguments": {"a": [1, "x"]}}', '{"name"', '{"name": "g", "arguments": ',
+    '"s\\n\\u00e9"', "}", "{", "```", "~~~", "`", "``", ">", "<", "\n", "\n\n", " ", "   ",
+    "x", "hello world", "é", "😀", '"', ":", "42", "true", "</", "<tool", "</thi",
+]
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}}}]
+
+texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
+chunkings = st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=200)
+options = st.fixed_dictionaries({
+    "start": st.sampled_from(["reasoning", "content"]),
+    "dialect": st.sampled_from(["auto", "qwen-xml", "hermes-json"]),
+    "tools": st.sampled_from([(), TOOLS]),
+})
+
+SETTINGS = settings(max_examples=300, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(text=texts, chunks=chunkings, opts=options, stream=st.booleans())
+def test_chunking_never_changes_events(text, chunks, opts, stream):
+    whole = run(text, stream_tools=stream, **opts)
+    pieces = run(text, chunks, stream_tools=stream, **opts)
+    ones = run(text, [1] * len(text), stream_tools=stream, **opts)
+    check_invariants(text, whole)
+    check_invariants(text, pieces)
+    check_invariants(text, ones)
+    assert merge(pieces) == merge(whole) == merge(ones)
+
+
+@SETTINGS
+@given(text=texts, opts=options)
+def test_stream_tools_never_changes_the_result(text, opts):
+    a = result_of(run(text, stream_tools=False, **opts))
+    b = result_of(run(text, stream_tools=True, **opts))
+    assert a == b
+    for call in b.tool_calls:
+        assert isinstance(call.arguments, dict)
+        json.dumps(call.arguments)
+
+
+@SETTINGS
+@given(text=texts, chunks=chunkings, opts=options)
+def test_streamed_arguments_join_to_final_arguments(text, chunks, opts):
+    events = run(text, chunks, stream_tools=True, **opts)
+    for ev in events:
+        if ev.kind == "tool_call":
+            frags = [e.text for e in events if e.kind == "tool_args" and e.index == ev.index]
+            assert "".join(frags) == json.dumps(ev.call.arguments)
+
+
+@SETTINGS
+@given(text=st.text(max_size=200), chunks=chunkings)
+def test_arbitrary_text_is_accounted_for(text, chunks):
+    for start in ("reasoning", "content"):
+        events = run(text, chunks, start=start)
+        check_invariants(text, events)
+        assert merge(events) == merge(run(text, start=start))
