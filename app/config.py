@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from pathlib import Path
 
 from engine.metrics import Metrics
-from engine.packs import load_pack, pack_from_dir, pack_from_gguf
+from engine.packs import PackError, resolve_pack
 from engine.recording import Recorder, default_session_path
 from engine.service import Service
 
@@ -22,10 +21,10 @@ REPLAY_PACK = "qwen3-xml"  # plain-text replays start in reasoning, as a Qwen3 s
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--pack", help="a built-in pack name or a pack directory "
-                     "(a GGUF plus tokenizer/chat_template.jinja)")
-    src.add_argument("--model", help="a GGUF file; its chat template comes from its metadata")
+    p.add_argument("--pack", help="a built-in pack name (smollm2, gemma3-270m, qwen3-xml, "
+                   "qwen3-hermes) or a pack directory (a GGUF plus tokenizer/chat_template.jinja)")
+    p.add_argument("--model", help="a GGUF file; its chat template comes from its metadata "
+                   "(or from --pack when both are given)")
     p.add_argument("--replay", nargs="+", metavar="FILE", help="serve recorded sessions or "
                    "plain-text model outputs instead of a model (each request takes the next)")
     p.add_argument("--replay-speed", type=float, default=0.0,
@@ -38,14 +37,12 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace):
-    """The pack these arguments name."""
-    if args.model:
-        return pack_from_gguf(Path(args.model))
-    if args.pack and (os.sep in args.pack or Path(args.pack).is_dir()):
-        return pack_from_dir(Path(args.pack))
-    if args.pack:
-        return load_pack(args.pack)
-    return load_pack(REPLAY_PACK if args.replay else DEFAULT_PACK)
+    """The pack these arguments name; replays need only its template."""
+    name = args.pack or (REPLAY_PACK if args.replay and not args.model else None)
+    try:
+        return resolve_pack(name, args.model, require_model=not args.replay)
+    except PackError as e:
+        raise SystemExit(f"prism: {e}") from None
 
 
 def build_service(args: argparse.Namespace) -> Service:
