@@ -24,7 +24,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from engine.base import Engine, Finish, Job, Timings, Token
-from engine.events import ANOMALY, Event, ParseResult, result_of
+from engine.events import (
+    ANOMALY,
+    IMPLICIT_REASONING_END,
+    REASONING,
+    Event,
+    ParseResult,
+    result_of,
+)
 from engine.parser import OutputParser
 from engine.request import ChatRequest
 from engine.template import ChatTemplate, start_state
@@ -206,7 +213,10 @@ class Service:
         if self.metrics is not None:
             self.metrics.request_started(run.id, request.dialect, self.engine.name, n_prompt)
         if self.recorder is not None:
-            self.recorder.request(run)
+            self.recorder.request(
+                run.id, request, prompt, start_state=run.start_state, dialect=request.dialect,
+                stream_tools=request.stream_tools, tools=request.tools, t0=job.submitted_at,
+            )
         self._notify(RunUpdate(run, "start"))
         self.engine.submit(job)
         return run
@@ -222,10 +232,18 @@ class Service:
             self.metrics.token(run.id, tok.t)
             for ev in evs:
                 if ev.kind == ANOMALY:
-                    self.metrics.anomaly(run.id, ev.anomaly, ev)
+                    self._anomaly(run, ev)
         if evs:
             run._publish(evs)
-        self._notify(RunUpdate(run, "events", tuple(evs), tok))
+        if self._listeners:
+            self._notify(RunUpdate(run, "events", tuple(evs), tok))
+
+    def _anomaly(self, run: Run, ev: Event) -> None:
+        # For an implicit end of thinking, the log line shows the reasoning that preceded it.
+        text = ev.text
+        if ev.anomaly == IMPLICIT_REASONING_END:
+            text = "".join(e.text for e in run.events if e.kind == REASONING)[-160:]
+        self.metrics.anomaly(run.id, ev.anomaly, text)
 
     def _on_finish(self, run: Run, fin: Finish) -> None:
         evs = run.parser.finish(fin.reason)
@@ -234,13 +252,13 @@ class Service:
             if self.metrics is not None:
                 for ev in evs:
                     if ev.kind == ANOMALY:
-                        self.metrics.anomaly(run.id, ev.anomaly, ev)
+                        self._anomaly(run, ev)
         run.result = result_of(run.events, fin.reason)
         run.finish = fin
         if self.metrics is not None:
             self.metrics.request_finished(run.id, run.result.finish_reason, fin.timings)
         if self.recorder is not None:
-            self.recorder.finish(run)
+            self.recorder.finish(run.id, fin, run.result)
         self._notify(RunUpdate(run, "events", tuple(evs)))
         self._notify(RunUpdate(run, "finish"))
         run._close()
