@@ -1,0 +1,300 @@
+"""Metrics: counters, a per-request log, a live view and chart series, for GUI and server.
+
+Owns `Metrics`. It is written from the engine thread (tokens, anomalies, finishes) and read
+from the server and GUI threads, so all state sits behind one lock and every read returns
+plain copies (`snapshot()`, `series()`). Observers (e.g. a Prometheus exporter in app/api) are
+called on the writer's thread, outside the lock; an observer that raises is logged and
+otherwise ignored, so it can never stall generation.
+
+Times are time.perf_counter() values; series x values are seconds since the Metrics object was
+created (float, ready for pyqtgraph). Live tokens/s counts the tokens of the last `window`
+seconds: (n - 1) / (now - oldest), so it is right from the second token, follows a running
+generation, and decays to 0 once tokens stop.
+
+Logging (logger "prism"): one line per implicit end of thinking, and one summary per request:
+    [prism] implicit end of thinking: <id> <first 80 chars of the reasoning tail...>
+    [prism] <id> <dialect> <finish> prompt=N out=N ttft=Xms tps=Y anomalies=...
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.base import Timings
+from engine.events import ANOMALY_KINDS, IMPLICIT_REASONING_END
+
+log = logging.getLogger("prism")
+
+SERIES = ("tokens_per_s", "ttft_ms", "queue_depth", *(f"anomalies.{k}" for k in ANOMALY_KINDS))
+
+
+@dataclass
+class _Request:
+    id: str
+    dialect: str
+    model: str
+    prompt_tokens: int
+    started: float
+    state: str = "prompt"  # prompt -> generating -> done
+    output_tokens: int = 0
+    first_token: float | None = None
+    last_token: float | None = None
+    ttft_ms: float | None = None
+    tokens_per_s: float | None = None
+    finish_reason: str | None = None
+    anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "dialect": self.dialect,
+            "model": self.model,
+            "state": self.state,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "ttft_ms": self.ttft_ms,
+            "tokens_per_s": self.tokens_per_s,
+            "finish_reason": self.finish_reason,
+            "anomalies": dict(self.anomalies),
+            "implicit_reasoning_ends": self.anomalies[IMPLICIT_REASONING_END],
+        }
+
+
+class Metrics:
+    """Thread-safe metrics. `engine` (optional) supplies model name, state and queue depth."""
+
+    def __init__(
+        self,
+        engine: Any = None,
+        *,
+        max_requests: int = 200,
+        max_points: int = 1000,
+        window: float = 2.0,
+        sample_every: float = 0.25,
+    ):
+        self.engine = engine
+        self.window = window
+        self.sample_every = sample_every
+        self.t0 = time.perf_counter()
+        self._lock = threading.Lock()
+        self._observers: list[Any] = []
+        self._requests: deque[_Request] = deque(maxlen=max_requests)  # newest first
+        self._live: dict[str, _Request] = {}  # running, by id (also reachable past the log cap)
+        self._token_times: deque[float] = deque()
+        self._last_sample = float("-inf")
+        self._series: dict[str, deque[tuple[float, float]]] = {
+            name: deque(maxlen=max_points) for name in SERIES
+        }
+        self._totals: dict[str, Any] = {
+            "requests": 0,
+            "finished": 0,
+            "prompt_tokens": 0,
+            "cached_tokens": 0,
+            "output_tokens": 0,
+            "prompt_ms": 0.0,
+            "decode_ms": 0.0,
+            "finish_reasons": {},
+            "anomalies": dict.fromkeys(ANOMALY_KINDS, 0),
+            "implicit_reasoning_ends": 0,
+        }
+
+    # -- observers -------------------------------------------------------------------------
+
+    def add_observer(self, obj: Any) -> None:
+        """obj may define on_request_started(id, dialect, model, prompt_tokens),
+        on_token(id, t, gap_s | None), on_anomaly(id, kind),
+        on_request_finished(id, finish_reason, timings, latency_s)."""
+        with self._lock:
+            self._observers.append(obj)
+
+    def remove_observer(self, obj: Any) -> None:
+        with self._lock:
+            self._observers.remove(obj)
+
+    def _notify(self, method: str, *args: Any) -> None:
+        with self._lock:
+            observers = list(self._observers)
+        for obs in observers:
+            fn = getattr(obs, method, None)
+            if fn is None:
+                continue
+            try:
+                fn(*args)
+            except Exception:  # metrics must never stop the engine
+                log.exception("[prism] metrics observer %r failed in %s", obs, method)
+
+    # -- writers (engine / service thread) -------------------------------------------------
+
+    def request_started(
+        self, id: str, dialect: str, model: str, prompt_tokens: int, t: float | None = None
+    ) -> None:
+        t = time.perf_counter() if t is None else t
+        with self._lock:
+            req = _Request(id, dialect, model, prompt_tokens, t)
+            self._requests.appendleft(req)
+            self._live[id] = req
+            self._totals["requests"] += 1
+            self._add_point("queue_depth", t, self._queue_depth())
+        self._notify("on_request_started", id, dialect, model, prompt_tokens)
+
+    def token(self, id: str, t: float | None = None) -> None:
+        t = time.perf_counter() if t is None else t
+        gap = None
+        with self._lock:
+            req = self._live.get(id)
+            if req is not None:
+                if req.first_token is None:
+                    req.first_token = t
+                    req.ttft_ms = (t - req.started) * 1000.0
+                    req.state = "generating"
+                elif req.last_token is not None:
+                    gap = t - req.last_token
+                req.last_token = t
+                req.output_tokens += 1
+            self._token_times.append(t)
+            self._trim(t)
+            if t - self._last_sample >= self.sample_every:
+                self._last_sample = t
+                self._add_point("tokens_per_s", t, self._rate(t))
+        self._notify("on_token", id, t, gap)
+
+    def anomaly(self, id: str, kind: str, text: str = "", t: float | None = None) -> None:
+        """Count one anomaly; `text` is what it concerns (for an implicit end of thinking, the
+        reasoning that preceded the call), used only for the log line."""
+        t = time.perf_counter() if t is None else t
+        with self._lock:
+            req = self._live.get(id) or next((r for r in self._requests if r.id == id), None)
+            if req is not None:
+                req.anomalies[kind] = req.anomalies.get(kind, 0) + 1
+            totals = self._totals["anomalies"]
+            totals[kind] = totals.get(kind, 0) + 1
+            if kind == IMPLICIT_REASONING_END:
+                self._totals["implicit_reasoning_ends"] += 1
+            if f"anomalies.{kind}" in self._series:
+                self._add_point(f"anomalies.{kind}", t, totals[kind])
+        if kind == IMPLICIT_REASONING_END:
+            tail = text.replace("\n", "\\n")
+            snippet = tail[:80] + ("..." if len(tail) > 80 else "")
+            log.info("[prism] implicit end of thinking: %s %s", id, snippet)
+        self._notify("on_anomaly", id, kind)
+
+    def request_finished(
+        self, id: str, finish_reason: str, timings: Timings, t: float | None = None
+    ) -> None:
+        t = time.perf_counter() if t is None else t
+        with self._lock:
+            req = self._live.pop(id, None)
+            if req is None:  # never started here: still count it
+                req = _Request(id, "", "", timings.prompt_tokens, t)
+            req.state = "done"
+            req.finish_reason = finish_reason
+            # The engine's figures are authoritative (the same ones the API reports).
+            req.prompt_tokens = timings.prompt_tokens or req.prompt_tokens
+            req.output_tokens = timings.output_tokens or req.output_tokens
+            if timings.ttft_ms or req.ttft_ms is None:
+                req.ttft_ms = timings.ttft_ms
+            req.tokens_per_s = timings.tokens_per_s
+            tot = self._totals
+            tot["finished"] += 1
+            tot["prompt_tokens"] += timings.prompt_tokens
+            tot["cached_tokens"] += timings.cached_tokens
+            tot["output_tokens"] += timings.output_tokens
+            tot["prompt_ms"] += timings.prompt_ms
+            tot["decode_ms"] += timings.decode_ms
+            tot["finish_reasons"][finish_reason] = tot["finish_reasons"].get(finish_reason, 0) + 1
+            if req.output_tokens:
+                self._add_point("ttft_ms", t, req.ttft_ms or 0.0)
+            self._add_point("queue_depth", t, self._queue_depth())
+            summary = req.to_dict()
+            latency = t - req.started
+        found = {k: n for k, n in summary["anomalies"].items() if n}
+        log.info(
+            "[prism] %s %s %s prompt=%d out=%d ttft=%.0fms tps=%.1f anomalies=%s",
+            id,
+            summary["dialect"] or "-",
+            finish_reason,
+            summary["prompt_tokens"],
+            summary["output_tokens"],
+            summary["ttft_ms"] or 0.0,
+            summary["tokens_per_s"] or 0.0,
+            ",".join(f"{k}={n}" for k, n in found.items()) or "none",
+        )
+        self._notify("on_request_finished", id, finish_reason, timings, latency)
+
+    def sample(self, t: float | None = None) -> None:
+        """Append a tokens/s and a queue-depth point now (a GUI timer calls this, so charts
+        keep moving, down to zero, while nothing is generating)."""
+        t = time.perf_counter() if t is None else t
+        with self._lock:
+            self._trim(t)
+            self._last_sample = t
+            self._add_point("tokens_per_s", t, self._rate(t))
+            self._add_point("queue_depth", t, self._queue_depth())
+
+    # -- readers (any thread) --------------------------------------------------------------
+
+    def snapshot(self, t: float | None = None) -> dict[str, Any]:
+        t = time.perf_counter() if t is None else t
+        eng = self.engine
+        with self._lock:
+            self._trim(t)
+            running = [r.id for r in self._live.values() if r.state == "generating"]
+            state = getattr(eng, "state", None) or ("generating" if self._live else "idle")
+            return {
+                "engine": {
+                    "model": getattr(eng, "name", ""),
+                    "n_ctx": getattr(eng, "n_ctx", 0),
+                    "state": state,
+                },
+                "live": {
+                    "state": state,
+                    "queue_depth": self._queue_depth(),
+                    "in_flight": len(self._live),
+                    "generating": running,
+                    "tokens_per_s": self._rate(t),
+                    "window_s": self.window,
+                },
+                "requests": [r.to_dict() for r in self._requests],
+                "totals": {
+                    **self._totals,
+                    "finish_reasons": dict(self._totals["finish_reasons"]),
+                    "anomalies": dict(self._totals["anomalies"]),
+                },
+            }
+
+    def series(self) -> dict[str, list[tuple[float, float]]]:
+        with self._lock:
+            return {name: list(points) for name, points in self._series.items()}
+
+    # -- internals (lock held) -------------------------------------------------------------
+
+    def _trim(self, t: float) -> None:
+        times = self._token_times
+        while times and times[0] <= t - self.window:
+            times.popleft()
+
+    def _rate(self, t: float) -> float:
+        times = self._token_times
+        n = len(times)
+        if n < 2:
+            return 0.0
+        span = max(t, times[-1]) - times[0]
+        return (n - 1) / span if span > 0 else 0.0
+
+    def _queue_depth(self) -> int:
+        eng = self.engine
+        if eng is not None and hasattr(eng, "queue_depth"):
+            try:
+                return int(eng.queue_depth())
+            except Exception:  # a closed engine must not break metrics
+                return 0
+        # Without an engine: one job runs at a time, the other started ones wait.
+        return max(0, len(self._live) - 1)
+
+    def _add_point(self, name: str, t: float, value: float) -> None:
+        self._series[name].append((t - self.t0, float(value)))

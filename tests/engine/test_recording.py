@@ -1,0 +1,181 @@
+"""engine/recording.py: round trip, flush per record, damaged and truncated files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.base import Finish, Timings, Token
+from engine.events import ParseResult
+from engine.recording import (
+    Recorder,
+    RecordingError,
+    default_session_path,
+    read_session,
+    request_from_dict,
+    request_to_dict,
+)
+from engine.request import ChatRequest, Message, Sampling
+
+REQ = ChatRequest(
+    messages=(Message("system", "be brief"), Message("user", "hi é 🙂")),
+    tools=({"type": "function", "function": {"name": "f", "parameters": {}}},),
+    sampling=Sampling(temperature=0.0, seed=7),
+    max_tokens=16,
+    stop=("END",),
+)
+TIMINGS = Timings(1.0, 2.0, 3.5, 40.0, 12, 4, 3)
+
+
+def _write_one(rec: Recorder, rid: str = "r1", t0: float = 100.0) -> None:
+    rec.request(
+        rid,
+        REQ,
+        "<prompt>",
+        start_state="reasoning",
+        dialect="openai",
+        stream_tools=False,
+        tools=REQ.tools,
+        t0=t0,
+    )
+    rec.token(rid, 0, Token(5, "Hel", t0 + 0.25))
+    rec.token(rid, 1, Token(6, "lo 🙂", t0 + 0.5, (("lo", -0.1), ("la", -2.5))))
+    rec.token(rid, 2, Token(7, "", t0 + 0.75))
+    result = ParseResult("think", "Hello 🙂", (), "stop", {})
+    rec.finish(rid, Finish("stop", TIMINGS), result)
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with Recorder(path, model="SmolLM2", pack="smollm2") as rec:
+        _write_one(rec)
+    session = read_session(path)
+    assert session.header["format"] == "prism-session"
+    assert session.header["version"] == 1
+    assert session.model == "SmolLM2"
+    assert session.header["pack"] == "smollm2"
+    assert "T" in session.header["created"]
+    (r,) = session.requests
+    assert r.id == "r1"
+    assert r.prompt == "<prompt>"
+    assert r.start_state == "reasoning"
+    assert r.dialect == "openai"
+    assert r.stream_tools is False
+    assert r.tools == REQ.tools
+    assert r.text == "Hello 🙂"
+    assert [t.id for t in r.tokens] == [5, 6, 7]
+    assert [t.t for t in r.tokens] == [0.25, 0.5, 0.75]  # relative to the request's start
+    assert r.tokens[1].top == (("lo", -0.1), ("la", -2.5))
+    assert r.finish == "stop"
+    assert r.timings == TIMINGS
+    assert r.result is not None and r.result["content"] == "Hello 🙂"
+    assert r.result["anomalies"]["implicit_reasoning_end"] == 0
+    assert request_from_dict(r.request) == REQ
+    assert request_to_dict(REQ) == r.request
+
+
+def test_every_line_is_a_record(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with Recorder(path) as rec:
+        _write_one(rec)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kinds = [json.loads(line).get("type") for line in lines]
+    assert kinds == [None, "request", "token", "token", "token", "finish"]
+
+
+def test_flushed_per_record_while_open(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    rec = Recorder(path, model="m")
+    try:
+        rec.request("a", {"messages": []}, "p", t0=1.0)
+        rec.token("a", 0, Token(1, "x", 1.5))
+        live = read_session(path)  # the writer is still open, nothing closed or flushed by us
+        (r,) = live.requests
+        assert r.text == "x"
+        assert r.finish is None and r.timings is None
+        rec.finish("a", Finish("error", Timings(), "boom"))
+        assert read_session(path).requests[0].error == "boom"
+    finally:
+        rec.close()
+
+
+def test_damaged_line_reports_line_number_and_partial(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with Recorder(path) as rec:
+        _write_one(rec, "r1")
+        _write_one(rec, "r2")
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[8] = "{not json\n"  # r2's second token
+    path.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(RecordingError, match=r"line 9") as info:
+        read_session(path)
+    assert info.value.line == 9
+    partial = info.value.partial
+    assert [r.id for r in partial.requests] == ["r1", "r2"]
+    assert partial.requests[0].finish == "stop"
+    assert partial.requests[1].text == "Hel" and partial.requests[1].finish is None
+    assert read_session(path, strict=False) == partial
+
+
+def test_truncated_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with Recorder(path) as rec:
+        _write_one(rec)
+    data = path.read_text(encoding="utf-8")
+    path.write_text(data[: data.rindex('"timings"')], encoding="utf-8")  # killed mid-write
+    with pytest.raises(RecordingError, match=r"line 6: truncated") as info:
+        read_session(path)
+    (r,) = info.value.partial.requests
+    assert r.text == "Hello 🙂" and r.finish is None
+    assert read_session(path, strict=False).requests == (r,)
+
+
+@pytest.mark.parametrize(
+    ("first_line", "message"),
+    [
+        ('{"format": "other", "version": 1}', "not a prism-session"),
+        ('{"format": "prism-session", "version": 2}', "unsupported version 2"),
+        ("[1, 2]", "not a JSON object"),
+    ],
+)
+def test_bad_header(tmp_path: Path, first_line: str, message: str) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text(first_line + "\n", encoding="utf-8")
+    with pytest.raises(RecordingError, match=f"line 1: {message}") as info:
+        read_session(path)
+    assert info.value.partial.requests == ()
+
+
+def test_empty_file_and_records_for_unknown_requests(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    with pytest.raises(RecordingError, match="line 1: empty"):
+        read_session(empty)
+    orphan = tmp_path / "orphan.jsonl"
+    orphan.write_text(
+        '{"format": "prism-session", "version": 1}\n'
+        '{"type": "note", "text": "future record types are skipped"}\n'
+        '{"type": "token", "id": "zz", "i": 0, "tok": 1, "text": "x", "t": 0}\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(RecordingError, match=r"line 3: bad token record: .*unknown request"):
+        read_session(orphan)
+
+
+def test_default_session_path() -> None:
+    p = default_session_path()
+    assert p.parent.name == "sessions"
+    assert p.parent.parent.name == "prism"
+    assert p.suffix == ".jsonl"
+
+
+def test_default_path_never_clobbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.recording as recording
+
+    fixed = tmp_path / "sessions" / "20250101-120000.jsonl"
+    monkeypatch.setattr(recording, "default_session_path", lambda: fixed)
+    with Recorder() as a, Recorder() as b:
+        assert a.path == fixed
+        assert b.path == fixed.with_name("20250101-120000-2.jsonl")
