@@ -82,6 +82,9 @@ class Engine(Protocol):
 
     name: str
     n_ctx: int
+    ready: threading.Event  # set once the model is loaded (at once for replay)
+    load_error: str | None
+    state: str  # "loading" | "idle" | "generating" | "error" | "closed"
 
     def submit(self, job: Job) -> None: ...
 
