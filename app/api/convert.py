@@ -1,0 +1,184 @@
+"""Request conversion shared by the dialects: lenient body reading and the pieces of ChatRequest.
+
+Owns `Lenient` (the pydantic base every body model uses: unknown fields ignored), `read_body`
+(bytes -> validated model, or a 400 that names the field), and the small converters each
+dialect needs: `text_of` (a string or a list of parts), `decode_arguments` (OpenAI's JSON-string
+arguments to the dict templates iterate), `function_tool`, `sampling`, `stop_tuple`,
+`thinking_from_effort` and `json_schema_format` (a `json_schema` output format: the schema is
+checked, and for a model that is not thinking, generation is constrained by a grammar).
+
+"Lenient in": any model name, `tools: []`, content as a string or parts (non-text parts are
+skipped: no model here reads images), unknown fields and roles' extra fields ignored.
+Runs on the asyncio loop's thread.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from app.api.errors import APIError, validation_message
+from engine.request import Sampling
+
+M = TypeVar("M", bound=BaseModel)
+
+_DEFAULT = Sampling()
+
+
+class Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+async def read_body(request: Request, model: type[M]) -> M:
+    raw = await request.body()
+    if not raw.strip():
+        raise APIError("invalid_request", "The request body is empty; send a JSON object")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise APIError("invalid_request", f"The request body is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise APIError("invalid_request", "The request body must be a JSON object")
+    return validate(model, data)
+
+
+def validate(model: type[M], data: Any, prefix: str = "") -> M:
+    """model.model_validate(data), with a 400 naming the field (under `prefix`) on failure."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        message, param = validation_message(e.errors(include_url=False), prefix)
+        raise APIError("invalid_request", message, param=param) from e
+
+
+def text_of(content: Any, field: str = "content") -> str:
+    """A message's text: a string, None, or a list of parts whose text parts are joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for i, part in enumerate(content):
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict):
+                text = part.get("text")
+                if text is None and part.get("type") in ("text", "input_text", "output_text"):
+                    raise APIError("invalid_request", f"Missing text in '{field}[{i}]'",
+                                   param=f"{field}[{i}].text")
+                if isinstance(text, str):
+                    texts.append(text)
+            else:
+                raise APIError("invalid_request", f"Invalid content part '{field}[{i}]'",
+                               param=f"{field}[{i}]")
+        return "\n".join(texts)
+    if isinstance(content, dict) and isinstance(content.get("text"), str):
+        return content["text"]
+    raise APIError("invalid_request", f"'{field}' must be a string or a list of parts",
+                   param=field)
+
+
+def decode_arguments(raw: Any, field: str) -> dict:
+    """Tool-call arguments as a dict: OpenAI sends a JSON string, others an object."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError as e:
+            raise APIError("invalid_request", f"'{field}' is not valid JSON: {e}",
+                           param=field) from e
+        if isinstance(value, dict):
+            return value
+    raise APIError("invalid_request", f"'{field}' must be a JSON object", param=field)
+
+
+def function_tool(name: str, description: str | None, parameters: dict | None) -> dict:
+    """A tool in the OpenAI shape chat templates expect."""
+    fn: dict[str, Any] = {"name": name}
+    if description:
+        fn["description"] = description
+    fn["parameters"] = parameters if parameters is not None else {"type": "object",
+                                                                  "properties": {}}
+    return {"type": "function", "function": fn}
+
+
+def sampling(
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    repeat_penalty: float | None = None,
+    seed: int | None = None,
+) -> Sampling:
+    def pick(value, default):
+        return default if value is None else value
+
+    return Sampling(
+        temperature=pick(temperature, _DEFAULT.temperature),
+        top_p=pick(top_p, _DEFAULT.top_p),
+        top_k=pick(top_k, _DEFAULT.top_k),
+        min_p=pick(min_p, _DEFAULT.min_p),
+        repeat_penalty=pick(repeat_penalty, _DEFAULT.repeat_penalty),
+        seed=seed,
+    )
+
+
+def stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,) if stop else ()
+    return tuple(s for s in stop if s)
+
+
+def thinking_from_effort(effort: str | None) -> bool | None:
+    """OpenAI's reasoning effort: "none" turns thinking off, any other level on."""
+    if effort is None:
+        return None
+    return effort.strip().lower() != "none"
+
+
+def json_schema_format(schema: Any, field: str, thinking: bool | None) -> tuple[str | None, bool]:
+    """Check a `json_schema` output format. Returns (grammar, thinking): when the request
+    does not ask for thinking, thinking is turned off and a GBNF grammar from the schema
+    constrains the output (the live engine applies it; a replay ignores it). A thinking model
+    is not constrained, since the grammar would apply to its reasoning too."""
+    import jsonschema
+
+    if not isinstance(schema, dict):
+        raise APIError("invalid_request", f"'{field}' must be a JSON schema object", param=field)
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise APIError("invalid_request", f"'{field}' is not a valid JSON schema: {e.message}",
+                       param=field) from e
+    if thinking:
+        return None, True
+    try:
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+        return json_schema_to_gbnf(json.dumps(schema)), False
+    except Exception:  # a schema the converter does not cover: validate only
+        return None, False
+
+
+def check_json_output(text: str, schema: dict) -> str | None:
+    """None when `text` is JSON matching `schema`, else a message saying why not."""
+    import jsonschema
+
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        return f"the output is not JSON: {e}"
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError as e:
+        return f"the output does not match the schema: {e.message}"
+    return None

@@ -1,0 +1,154 @@
+"""Errors in the caller's dialect: one exception type, two wire shapes.
+
+Owns `APIError` (raised by the route modules and the body reader), `dialect_of(path)` and
+`install(app)`, which registers the exception handlers that turn `APIError`, FastAPI/Starlette
+HTTP errors (404, 405), template failures, context overflows and unexpected exceptions into:
+
+    OpenAI and Responses:  {"error": {"message", "type", "param", "code"}}
+    Anthropic (/v1/messages...):  {"type": "error", "error": {"type", "message"}}
+
+Errors raised after a stream began cannot change the status code any more; the stream modules
+send them as a final error event built with `openai_error_body` / `anthropic_error_body`.
+Runs on the asyncio loop's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.service import ContextOverflow
+from engine.template import TemplateError
+
+log = logging.getLogger("prism")
+
+# Semantic kind -> (HTTP status, OpenAI type, Anthropic type).
+KINDS: dict[str, tuple[int, str, str]] = {
+    "invalid_request": (400, "invalid_request_error", "invalid_request_error"),
+    "authentication": (401, "authentication_error", "authentication_error"),
+    "not_found": (404, "not_found_error", "not_found_error"),
+    "method_not_allowed": (405, "invalid_request_error", "invalid_request_error"),
+    "too_large": (413, "invalid_request_error", "request_too_large"),
+    "rate_limit": (429, "rate_limit_error", "rate_limit_error"),
+    "server": (500, "server_error", "api_error"),
+    "unavailable": (503, "unavailable_error", "overloaded_error"),
+}
+_BY_STATUS = {status: kind for kind, (status, _, _) in KINDS.items()}
+
+
+class APIError(Exception):
+    """An error answer. `kind` is a key of KINDS; `param` names the offending field (OpenAI
+    reports it; Anthropic's shape has no slot, so the message must name it too)."""
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    @property
+    def status(self) -> int:
+        return KINDS[self.kind][0]
+
+
+def dialect_of(path: str) -> str:
+    """Which error shape a path's callers expect."""
+    return "anthropic" if path.startswith("/v1/messages") else "openai"
+
+
+def openai_error_body(err: APIError) -> dict:
+    return {
+        "error": {
+            "message": err.message,
+            "type": KINDS[err.kind][1],
+            "param": err.param,
+            "code": err.code,
+        }
+    }
+
+
+def anthropic_error_body(err: APIError) -> dict:
+    return {"type": "error", "error": {"type": KINDS[err.kind][2], "message": err.message}}
+
+
+def error_response(path: str, err: APIError) -> JSONResponse:
+    body = anthropic_error_body(err) if dialect_of(path) == "anthropic" else openai_error_body(err)
+    return JSONResponse(body, status_code=err.status, headers=err.headers)
+
+
+def from_exception(exc: BaseException) -> APIError:
+    """The APIError a failure of `Service.submit` (or anything else) stands for."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, ContextOverflow):
+        return APIError("invalid_request", str(exc), param="messages",
+                        code="context_length_exceeded")
+    if isinstance(exc, TemplateError):
+        # The template refused this conversation (roles out of order, unsupported content).
+        return APIError("invalid_request", str(exc), param="messages", code="template_error")
+    return APIError("server", f"internal error: {type(exc).__name__}: {exc}")
+
+
+def validation_message(errors: list[dict], prefix: str = "") -> tuple[str, str | None]:
+    """A readable message and the field path (`messages[0].role`) of the first pydantic
+    error; `prefix` is the path of the object that was validated."""
+    if not errors:
+        return "invalid request body", None
+    first = errors[0]
+    loc = [p for p in first.get("loc", ()) if p != "body"]
+    path = prefix
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    msg = first.get("msg", "invalid value")
+    if first.get("type") == "missing":
+        return f"Missing required field '{path}'", path or None
+    return f"Invalid value for '{path}': {msg}", path or None
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(request.url.path, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = validation_message(list(exc.errors()))
+        return error_response(request.url.path, APIError("invalid_request", message, param=param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = _BY_STATUS.get(exc.status_code, "invalid_request")
+        if exc.status_code == 404:
+            message = f"Invalid URL ({request.method} {request.url.path})"
+        elif exc.status_code == 405:
+            message = f"Method {request.method} not allowed on {request.url.path}"
+        else:
+            message = str(exc.detail)
+        err = APIError(kind, message, headers=dict(exc.headers or {}))
+        resp = error_response(request.url.path, err)
+        resp.status_code = exc.status_code
+        return resp
+
+    @app.exception_handler(ContextOverflow)
+    @app.exception_handler(TemplateError)
+    async def _engine(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(request.url.path, from_exception(exc))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("[prism] %s %s failed", request.method, request.url.path)
+        return error_response(request.url.path, from_exception(exc))

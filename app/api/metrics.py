@@ -1,0 +1,143 @@
+"""GET /metrics: Prometheus text by default, JSON (seed 000's layout) on request.
+
+Owns `PrometheusExporter` and the route. Each app gets its own `CollectorRegistry` (two apps
+in one process, as in the tests, never share or clash). The exporter has two halves:
+
+- an observer on `engine.metrics.Metrics` (called on the engine thread, only observing into
+  thread-safe histograms): time to first token, inter-token latency, request latency;
+- a collector that reads `Metrics.snapshot()` at scrape time for every counter and gauge
+  (requests by finish reason, prompt / cached / output tokens, anomalies by kind, implicit ends,
+  running and waiting requests, live tokens/s, a model info series). Taking the counters from
+  the same totals the JSON shows means the two views always agree.
+
+JSON is returned when the client sends `Accept: application/json` or `?format=json`.
+Runs on the asyncio loop's thread (the route) and the engine thread (the observer).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from app.api.errors import APIError
+from app.api.state import get_state
+from engine.service import Service
+
+router = APIRouter()
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_ITL_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
+
+
+class _SnapshotCollector:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def collect(self):
+        metrics = self.service.metrics
+        model = self.service.engine.name
+        if metrics is None:
+            return
+        snap = metrics.snapshot()
+        totals, live = snap["totals"], snap["live"]
+        info = GaugeMetricFamily("prism_model_info", "The model being served.",
+                                 labels=["model", "pack", "n_ctx"])
+        info.add_metric([model, getattr(self.service.pack, "name", ""),
+                         str(self.service.engine.n_ctx)], 1)
+        yield info
+        started = CounterMetricFamily("prism_requests_started", "Requests submitted.",
+                                      labels=["model"])
+        started.add_metric([model], totals["requests"])
+        yield started
+        finished = CounterMetricFamily("prism_requests", "Finished requests by finish reason.",
+                                       labels=["model", "finish_reason"])
+        for reason, n in sorted(totals["finish_reasons"].items()):
+            finished.add_metric([model, reason], n)
+        yield finished
+        for key, help_text in (("prompt_tokens", "Prompt tokens of finished requests."),
+                               ("cached_tokens", "Prompt tokens reused from the KV cache."),
+                               ("output_tokens", "Generated tokens.")):
+            fam = CounterMetricFamily(f"prism_{key}", help_text, labels=["model"])
+            fam.add_metric([model], totals[key])
+            yield fam
+        anomalies = CounterMetricFamily("prism_anomalies", "Parser anomalies by kind.",
+                                        labels=["model", "kind"])
+        for kind, n in totals["anomalies"].items():
+            anomalies.add_metric([model, kind], n)
+        yield anomalies
+        implicit = CounterMetricFamily(
+            "prism_implicit_reasoning_ends",
+            "Tool calls written inside the thinking that ended it implicitly.", labels=["model"])
+        implicit.add_metric([model], totals["implicit_reasoning_ends"])
+        yield implicit
+        waiting = live["queue_depth"]
+        for name, help_text, value in (
+            ("prism_requests_running", "Requests started and not finished, less the waiting.",
+             max(0, live["in_flight"] - waiting)),
+            ("prism_requests_waiting", "Requests queued for the engine.", waiting),
+            ("prism_tokens_per_second", "Output tokens per second, recent window.",
+             live["tokens_per_s"]),
+        ):
+            g = GaugeMetricFamily(name, help_text, labels=["model"])
+            g.add_metric([model], value)
+            yield g
+
+
+class PrometheusExporter:
+    """A registry per app; observe() hooks it to the service's Metrics, close() unhooks it."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.model = service.engine.name
+        self.registry = CollectorRegistry()
+        self.ttft = Histogram("prism_time_to_first_token_seconds",
+                              "Time from submission to the first output token.", ["model"],
+                              registry=self.registry, buckets=_LATENCY_BUCKETS)
+        self.itl = Histogram("prism_inter_token_latency_seconds",
+                             "Time between consecutive output tokens.", ["model"],
+                             registry=self.registry, buckets=_ITL_BUCKETS)
+        self.latency = Histogram("prism_request_latency_seconds",
+                                 "Time from submission to the end of the request.", ["model"],
+                                 registry=self.registry, buckets=_LATENCY_BUCKETS)
+        self._itl = self.itl.labels(self.model)  # resolved once: on_token is per token
+        self.registry.register(_SnapshotCollector(service))
+        self._attached = False
+
+    def observe(self) -> None:
+        if self.service.metrics is not None and not self._attached:
+            self.service.metrics.add_observer(self)
+            self._attached = True
+
+    def close(self) -> None:
+        if self._attached:
+            self._attached = False
+            self.service.metrics.remove_observer(self)
+
+    # observer hooks: engine thread
+    def on_token(self, id: str, t: float, gap_s: float | None) -> None:
+        if gap_s is not None:
+            self._itl.observe(gap_s)
+
+    def on_request_finished(self, id: str, finish_reason: str, timings, latency_s: float) -> None:
+        if timings.output_tokens:
+            self.ttft.labels(self.model).observe(timings.ttft_ms / 1000.0)
+        self.latency.labels(self.model).observe(latency_s)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    state = get_state(request)
+    wants_json = request.query_params.get("format") == "json" or (
+        "application/json" in request.headers.get("accept", "")
+    )
+    if wants_json:
+        if state.service.metrics is None:
+            raise APIError("not_found", "metrics are not collected by this server")
+        return JSONResponse(state.service.metrics.snapshot())
+    exporter: PrometheusExporter = request.app.state.prometheus
+    return Response(exporter.text(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,328 @@
+"""The OpenAI Chat Completions dialect: /v1/chat/completions, /v1/models, /v1/models/{id}.
+
+Owns the request body models, their conversion to a `ChatRequest`, and the two reply shapes
+built from one run: a stream of `chat.completion.chunk`s (SSE, ending `data: [DONE]`) and a
+`chat.completion` built from `run.result`. Both come from the same parser events, so they
+cannot disagree. Runs on the asyncio loop's thread.
+
+Event -> delta: reasoning -> `reasoning_content` (or `reasoning`, or both: ServerConfig's
+`reasoning_field`), content -> `content`, tool_start -> a tool_calls entry with index, id,
+type and name and empty arguments, tool_args -> the same index with an arguments fragment.
+Markup and anomalies send nothing. `finish_reason` is "tool_calls" exactly when a call
+completed, else "stop" or "length". The hot path (one chunk per reasoning/content event) is
+a preformatted prefix + one JSON string + suffix, not a dict round trip through json.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from app.api import runs
+from app.api.convert import (
+    Lenient,
+    decode_arguments,
+    function_tool,
+    json_schema_format,
+    read_body,
+    sampling,
+    stop_tuple,
+    text_of,
+    thinking_from_effort,
+)
+from app.api.errors import APIError, openai_error_body
+from app.api.sse import data_line, dumps, sse_response
+from app.api.state import AppState, get_state
+from engine.events import CONTENT, REASONING, TOOL_ARGS, TOOL_CALL, TOOL_START
+from engine.request import ChatRequest, Message
+from engine.service import Run
+
+router = APIRouter()
+FINGERPRINT = "prism"
+
+
+class FunctionCallIn(Lenient):
+    name: str
+    arguments: str | dict | None = None
+
+
+class ToolCallIn(Lenient):
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCallIn
+
+
+class MessageIn(Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class FunctionIn(Lenient):
+    name: str
+    description: str | None = None
+    parameters: dict | None = None
+
+
+class ToolIn(Lenient):
+    type: str = "function"
+    function: FunctionIn
+
+
+class StreamOptions(Lenient):
+    include_usage: bool = False
+
+
+class ChatBody(Lenient):
+    model: str = ""
+    messages: list[MessageIn]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = None
+    tools: list[ToolIn] | None = None
+    tool_choice: str | dict | None = None
+    chat_template_kwargs: dict | None = None
+    reasoning_effort: str | None = None
+    enable_thinking: bool | None = None
+    response_format: dict | None = None
+
+
+def convert_messages(body: ChatBody) -> tuple[Message, ...]:
+    out = []
+    for i, m in enumerate(body.messages):
+        field = f"messages[{i}]"
+        role = {"developer": "system", "function": "tool"}.get(m.role, m.role)
+        calls = []
+        for j, c in enumerate(m.tool_calls or ()):
+            args = decode_arguments(c.function.arguments,
+                                    f"{field}.tool_calls[{j}].function.arguments")
+            calls.append({"id": c.id or f"call_{i}_{j}", "type": "function",
+                          "function": {"name": c.function.name, "arguments": args}})
+        reasoning = m.reasoning_content if m.reasoning_content is not None else m.reasoning
+        out.append(Message(
+            role=role,
+            content=text_of(m.content, f"{field}.content"),
+            reasoning_content=reasoning if role == "assistant" else None,
+            tool_calls=tuple(calls),
+            tool_call_id=m.tool_call_id,
+            name=m.name,
+        ))
+    return tuple(out)
+
+
+def to_chat_request(body: ChatBody) -> ChatRequest:
+    if not body.messages:
+        raise APIError("invalid_request", "'messages' must hold at least one message",
+                       param="messages")
+    if body.n is not None and body.n != 1:
+        raise APIError("invalid_request", "Only n=1 is supported (one model, one reply)",
+                       param="n")
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    if max_tokens is not None and max_tokens < 1:
+        raise APIError("invalid_request", "'max_tokens' must be at least 1", param="max_tokens")
+    thinking = thinking_from_effort(body.reasoning_effort)
+    if body.enable_thinking is not None:
+        thinking = body.enable_thinking
+    kwargs = body.chat_template_kwargs or {}
+    if isinstance(kwargs.get("enable_thinking"), bool):
+        thinking = kwargs["enable_thinking"]
+    tools = () if body.tool_choice == "none" else tuple(
+        function_tool(t.function.name, t.function.description, t.function.parameters)
+        for t in body.tools or ()
+    )
+    grammar = None
+    fmt = body.response_format or {}
+    if fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema") or {}
+        grammar, thinking = json_schema_format(
+            spec.get("schema") if isinstance(spec, dict) else None,
+            "response_format.json_schema.schema", thinking)
+    return ChatRequest(
+        messages=convert_messages(body),
+        tools=tools,
+        sampling=sampling(body.temperature, body.top_p, body.top_k, body.min_p,
+                          body.repeat_penalty, body.seed),
+        max_tokens=max_tokens,
+        stop=stop_tuple(body.stop),
+        thinking=thinking,
+        stream_tools=True,
+        grammar=grammar,
+        dialect="openai",
+        model=body.model,
+    )
+
+
+def model_name(state: AppState, requested: str = "") -> str:
+    return requested or served_model(state)
+
+
+def served_model(state: AppState) -> str:
+    svc = state.service
+    return state.config.model_name or getattr(svc.pack, "name", "") or svc.engine.name
+
+
+def usage(run: Run) -> dict:
+    prompt, cached, out = runs.usage_numbers(run)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": out,
+        "total_tokens": prompt + out,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": runs.reasoning_tokens(run)},
+    }
+
+
+def reasoning_keys(state: AppState) -> tuple[str, ...]:
+    field = state.config.reasoning_field
+    return ("reasoning_content", "reasoning") if field == "both" else (field,)
+
+
+# --- routes ---------------------------------------------------------------------------------
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request):
+    state = get_state(request)
+    body = await read_body(request, ChatBody)
+    run = runs.submit(state, to_chat_request(body))
+    model = model_name(state, body.model)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return sse_response(run, stream_chunks(state, run, model, include_usage), error_event)
+    try:
+        await runs.wait(request, run)
+    except runs.ClientGone:
+        return JSONResponse({}, status_code=499)
+    err = runs.run_error(run)
+    if err is not None:
+        raise err
+    return JSONResponse(completion(state, run, model))
+
+
+def completion(state: AppState, run: Run, model: str) -> dict:
+    res = run.result
+    assert res is not None
+    message: dict[str, Any] = {"role": "assistant",
+                               "content": res.content or (None if res.tool_calls else "")}
+    if res.reasoning:
+        for key in reasoning_keys(state):
+            message[key] = res.reasoning
+    if res.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments_json}}
+            for c in res.tool_calls
+        ]
+    return {
+        "id": f"chatcmpl-{run.id}",
+        "object": "chat.completion",
+        "created": int(run.created),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": res.finish_reason}],
+        "usage": usage(run),
+        "timings": runs.llama_timings(run),
+    }
+
+
+def error_event(err: APIError) -> str:
+    return data_line(openai_error_body(err)) + "data: [DONE]\n\n"
+
+
+async def stream_chunks(state: AppState, run: Run, model: str,
+                        include_usage: bool) -> AsyncIterator[str]:
+    head = {"id": f"chatcmpl-{run.id}", "object": "chat.completion.chunk",
+            "created": int(run.created), "model": model, "system_fingerprint": FINGERPRINT}
+    # '{"id":...,"choices":[{"index":0,"delta":' + delta + ',"logprobs":null,...}]}'
+    prefix = "data: " + dumps(head)[:-1] + ',"choices":[{"index":0,"delta":'
+    suffix = ',"logprobs":null,"finish_reason":null}]}\n\n'
+    r_keys = reasoning_keys(state)
+
+    def chunk(delta: dict) -> str:
+        return prefix + dumps(delta) + suffix
+
+    yield chunk({"role": "assistant", "content": ""})
+    started: set[int] = set()
+    async for ev in run.stream():
+        kind = ev.kind
+        if kind == CONTENT:
+            if ev.text:
+                yield prefix + '{"content":' + dumps(ev.text) + "}" + suffix
+        elif kind == REASONING:
+            if ev.text:
+                yield chunk(dict.fromkeys(r_keys, ev.text))
+        elif kind == TOOL_START:
+            started.add(ev.index)
+            yield chunk({"tool_calls": [{"index": ev.index, "id": ev.call_id, "type": "function",
+                                         "function": {"name": ev.text, "arguments": ""}}]})
+        elif kind == TOOL_ARGS:
+            if ev.text:
+                yield chunk({"tool_calls": [{"index": ev.index,
+                                             "function": {"arguments": ev.text}}]})
+        elif kind == TOOL_CALL and ev.call is not None and ev.call.index not in started:
+            c = ev.call  # a call that was not streamed: send it whole
+            yield chunk({"tool_calls": [{"index": c.index, "id": c.id, "type": "function",
+                                         "function": {"name": c.name,
+                                                      "arguments": c.arguments_json}}]})
+    err = runs.run_error(run)
+    if err is not None:
+        yield error_event(err)
+        return
+    res = run.result
+    assert res is not None
+    final = {**head, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                  "finish_reason": res.finish_reason}],
+             "timings": runs.llama_timings(run)}
+    yield data_line(final)
+    if include_usage:
+        yield data_line({**head, "choices": [], "usage": usage(run)})
+    yield "data: [DONE]\n\n"
+
+
+@router.get("/v1/models")
+async def list_models(request: Request):
+    return {"object": "list", "data": [model_card(request)]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, request: Request):
+    state = get_state(request)
+    card = model_card(request)
+    known = {card["id"], state.service.engine.name, getattr(state.service.pack, "name", "")}
+    if model_id not in known:
+        raise APIError("not_found", f"The model '{model_id}' does not exist; this server "
+                       f"serves '{card['id']}'", param="model", code="model_not_found")
+    return card
+
+
+def model_card(request: Request) -> dict:
+    state = get_state(request)
+    svc = state.service
+    return {
+        "id": served_model(state),
+        "object": "model",
+        "created": int(getattr(request.app.state, "started", 0) or time.time()),
+        "owned_by": "prism",
+        "context_length": svc.engine.n_ctx,
+        "meta": {"engine": svc.engine.name, "pack": getattr(svc.pack, "name", ""),
+                 "dialect": getattr(svc.pack, "dialect", ""),
+                 "thinking": getattr(svc.pack, "thinking", False)},
+    }

@@ -1,0 +1,160 @@
+"""From a converted request to a finished run: queue limit, submit, wait, and the run's figures.
+
+Owns `submit` (429 with Retry-After past `ServerConfig.max_queue`; context overflow and template
+refusals become 400s), `wait` (a non-streamed request: wait for the run while watching for the
+client to go away, and cancel the job if it does), and the numbers every dialect reports from a
+finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`.
+
+Runs on the asyncio loop's thread. `Service.submit` renders and tokenizes the prompt right here
+rather than in a worker thread: it takes well under a millisecond for ordinary prompts, and a
+thread hop would add to every request's time to first token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from fastapi import Request
+
+from app.api.errors import APIError, from_exception
+from app.api.state import AppState
+from engine.events import REASONING
+from engine.request import ChatRequest
+from engine.service import Run
+
+
+class ClientGone(Exception):
+    """The client disconnected before a non-streamed reply was ready (its job is cancelled)."""
+
+
+def retry_after(state: AppState, depth: int) -> int:
+    """Seconds until a slot is likely free: the queue times the mean request time so far."""
+    metrics = state.service.metrics
+    mean_s = 1.0
+    if metrics is not None:
+        totals = metrics.snapshot()["totals"]
+        if totals.get("finished"):
+            mean_s = (totals["prompt_ms"] + totals["decode_ms"]) / totals["finished"] / 1000.0
+    return max(1, math.ceil(depth * mean_s))
+
+
+def submit(state: AppState, request: ChatRequest) -> Run:
+    engine = state.service.engine
+    depth = engine.queue_depth()
+    if depth >= state.config.max_queue:
+        raise APIError(
+            "rate_limit",
+            f"{depth} requests are already waiting for the model (the limit is "
+            f"{state.config.max_queue}); retry later",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": str(retry_after(state, depth))},
+        )
+    try:
+        return state.service.submit(request)
+    except Exception as e:  # ContextOverflow, TemplateError -> 400; the rest -> 500
+        raise from_exception(e) from e
+
+
+async def _drain(run: Run) -> None:
+    async for _ in run.stream():
+        pass
+
+
+async def _disconnected(request: Request) -> None:
+    # The body has been read, so the next ASGI message is the disconnect (or, with some
+    # servers, an empty body message: skip those).
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def wait(request: Request, run: Run) -> Run:
+    """Wait until the run is finished; raise ClientGone (job cancelled) if the client left."""
+    done = asyncio.ensure_future(_drain(run))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not done.done():
+            run.cancel()
+            done.cancel()
+    if not run.done:
+        raise ClientGone(run.id)
+    return run
+
+
+def run_error(run: Run) -> APIError | None:
+    """The error a finished run stands for, if it did not end normally."""
+    fin = run.finish
+    if fin is None or fin.reason in ("stop", "length"):
+        return None
+    if fin.reason == "cancelled":
+        return APIError("unavailable", "the request was cancelled before it finished")
+    return APIError("server", f"generation failed: {fin.error or 'unknown error'}")
+
+
+def usage_numbers(run: Run) -> tuple[int, int, int]:
+    """(prompt tokens, of which cached, output tokens), the engine's own counts."""
+    t = run.timings
+    return (t.prompt_tokens or run.prompt_tokens, t.cached_tokens, t.output_tokens)
+
+
+def llama_timings(run: Run) -> dict:
+    """llama.cpp server's `timings` object."""
+    t = run.timings
+    prompt, cached, out = usage_numbers(run)
+    prompt_n = max(0, prompt - cached)
+    return {
+        "cache_n": cached,
+        "prompt_n": prompt_n,
+        "prompt_ms": t.prompt_ms,
+        "prompt_per_token_ms": t.prompt_ms / prompt_n if prompt_n else 0.0,
+        "prompt_per_second": prompt_n * 1000.0 / t.prompt_ms if t.prompt_ms > 0 else 0.0,
+        "predicted_n": out,
+        "predicted_ms": t.decode_ms,
+        "predicted_per_token_ms": t.decode_ms / out if out else 0.0,
+        "predicted_per_second": t.tokens_per_s,
+        "queue_ms": t.queue_ms,
+        "ttft_ms": t.ttft_ms,
+    }
+
+
+def stop_sequence(run: Run) -> str | None:
+    """The stop string the engine stopped on, or None.
+
+    The engine reports it as `Finish.stop_sequence` when it knows it. Otherwise it is
+    inferred: the engine cuts the stop string out of the text, and the token where the stop
+    string began keeps only the text before it, so a run that ended with "stop" on an empty
+    final token while the request had stop strings stopped on one of them (the model's own
+    end-of-turn token is never reported as a token). With one stop string that is the answer;
+    with several, the first is reported.
+    """
+    fin = run.finish
+    if fin is None or fin.reason != "stop" or not run.request.stop:
+        return None
+    known = getattr(fin, "stop_sequence", None)
+    if known is not None:
+        return known or None
+    if run.tokens and run.tokens[-1].text == "":
+        return run.request.stop[0]
+    return None
+
+
+def reasoning_tokens(run: Run) -> int:
+    """Output tokens that began inside the reasoning (the events' spans tile the output, and
+    the tokens' texts concatenate to it)."""
+    spans = [ev.span for ev in run.events if ev.kind == REASONING and ev.span[1] > ev.span[0]]
+    n = i = pos = 0
+    for tok in run.tokens if spans else ():
+        start = pos
+        pos += len(tok.text)
+        if not tok.text:
+            continue
+        while i < len(spans) and spans[i][1] <= start:
+            i += 1
+        if i == len(spans):
+            break
+        if spans[i][0] <= start:
+            n += 1
+    return n

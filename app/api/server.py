@@ -1,0 +1,229 @@
+"""The FastAPI app and the uvicorn server around it.
+
+Owns `create_app(state)` (every router, the API-key and body-size guard, the error handlers,
+/health and /props), `make_server` and `serve` (uvicorn in the *current* asyncio loop, so the
+GUI runs it inside its qasync loop and the CLI inside asyncio.run), and `ServerThread` (the
+same server in a thread with its own loop, for tests and benchmarks). No Qt here.
+
+The guard is plain ASGI middleware, not BaseHTTPMiddleware: the latter wraps streaming
+responses in a way that delays disconnect detection, and a client that leaves must cancel its
+job at once. With `config.api_key`, every path but /health needs `Authorization: Bearer KEY`
+or `x-api-key: KEY` (OpenAI and Anthropic SDKs send one or the other). Bodies over
+`config.max_body_bytes` get 413: at once when Content-Length says so, else when the count
+passes the limit while reading.
+
+Threads: the routes run on the loop's thread; the engine's callbacks reach them through
+`Run.stream()` (call_soon_threadsafe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+import threading
+import time
+from contextlib import asynccontextmanager
+from importlib import metadata
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from app.api import anthropic, errors, openai, responses
+from app.api import metrics as metrics_api
+from app.api.errors import APIError, error_response
+from app.api.state import AppState, get_state
+
+OPEN_PATHS = frozenset({"/health", "/v1/health"})
+
+
+def version() -> str:
+    try:
+        return metadata.version("prism-inspector")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+class Guard:
+    """ASGI middleware: API key, then body size, before any route runs."""
+
+    def __init__(self, app, state: AppState) -> None:
+        self.app = app
+        self.state = state
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        key = self.state.config.api_key
+        if not key:
+            return True
+        given = headers.get(b"x-api-key", b"").decode("latin-1")
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        if auth[:7].lower() == "bearer ":
+            given = given or auth[7:].strip()
+        return bool(given) and secrets.compare_digest(given.encode(), key.encode())
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        headers = dict(scope["headers"])
+        if path not in OPEN_PATHS and not self._authorized(headers):
+            err = APIError("authentication", "Invalid or missing API key: send it as "
+                           "'Authorization: Bearer KEY' or 'x-api-key: KEY'",
+                           code="invalid_api_key")
+            await error_response(path, err)(scope, receive, send)
+            return
+        limit = self.state.config.max_body_bytes
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await error_response(path, _too_large(limit))(scope, receive, send)
+            return
+        seen = 0
+
+        async def counting_receive():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _too_large(limit)
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError("too_large", f"The request body is larger than this server accepts "
+                    f"({limit} bytes)", code="request_too_large")
+
+
+def create_app(state: AppState) -> FastAPI:
+    exporter = metrics_api.PrometheusExporter(state.service)
+    exporter.observe()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        exporter.close()
+
+    app = FastAPI(title="Prism", version=version(), lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
+    app.state.prism = state
+    app.state.prometheus = exporter
+    app.state.started = time.time()
+    errors.install(app)
+    for module in (openai, anthropic, responses, metrics_api):
+        app.include_router(module.router)
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/v1/health", health, methods=["GET"])
+    app.add_api_route("/props", props, methods=["GET"])
+    app.add_middleware(Guard, state=state)
+    return app
+
+
+async def health(request: Request):
+    state = get_state(request)
+    engine = state.service.engine
+    ready = getattr(engine, "ready", None)
+    load_error = getattr(engine, "load_error", None)
+    if state.loading or (ready is not None and not ready.is_set()):
+        return _unavailable(request, "Loading model")
+    if load_error:
+        return _unavailable(request, f"The model failed to load: {load_error}")
+    return {"status": "ok"}
+
+
+def _unavailable(request: Request, message: str) -> JSONResponse:
+    resp = error_response(request.url.path, APIError("unavailable", message))
+    resp.headers["Retry-After"] = "1"
+    return resp
+
+
+async def props(request: Request):
+    """llama.cpp server's /props, for clients that read the context size and template."""
+    state = get_state(request)
+    svc = state.service
+    engine, pack = svc.engine, svc.pack
+    path = getattr(engine, "model_path", None) or getattr(pack, "gguf", None) or ""
+    return {
+        "default_generation_settings": {
+            "n_ctx": engine.n_ctx,
+            "model": openai.served_model(state),
+            "params": {"n_predict": -1, "temperature": 0.8, "top_k": 40, "top_p": 0.95,
+                       "min_p": 0.05, "repeat_penalty": 1.0},
+        },
+        "total_slots": 1,
+        "model_path": str(path),
+        "model_alias": openai.served_model(state),
+        "chat_template": getattr(pack, "template", ""),
+        "bos_token": getattr(pack, "bos_token", ""),
+        "eos_token": getattr(pack, "eos_token", ""),
+        "modalities": {"vision": False, "audio": False},
+        "build_info": f"prism {version()}",
+    }
+
+
+# --- running it -------------------------------------------------------------------------------
+
+
+def make_server(state: AppState, host: str | None = None, port: int | None = None,
+                log_level: str = "info") -> uvicorn.Server:
+    config = uvicorn.Config(
+        create_app(state),
+        host=host or state.config.host,
+        port=state.config.port if port is None else port,
+        log_level=log_level,
+        http="h11",
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+    )
+    return uvicorn.Server(config)
+
+
+async def serve(state: AppState, host: str | None = None, port: int | None = None,
+                log_level: str = "info") -> None:
+    """Serve in the running loop until the server is told to exit (SIGINT/SIGTERM when this
+    is the main thread; `server.should_exit = True` with `make_server`)."""
+    await make_server(state, host, port, log_level).serve()
+
+
+class ServerThread:
+    """The server on its own thread and loop, bound to an already open socket (port 0 picks a
+    free port, with no race between choosing and binding). For tests and benchmarks."""
+
+    def __init__(self, state: AppState, host: str = "127.0.0.1", port: int = 0,
+                 log_level: str = "warning") -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.host, self.port = self.sock.getsockname()[:2]
+        self.server = make_server(state, host, self.port, log_level)
+        self.thread = threading.Thread(target=self._run, name="prism-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def start(self, timeout: float = 10.0) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the HTTP server did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,87 @@
+"""The `prism serve` verb: the local server alone, no window.
+
+    prism serve [--host 127.0.0.1] [--port 8421] [--pack NAME | --model FILE.gguf |
+                --replay FILE...] [--api-key KEY] [--no-record]
+                [--reasoning-field reasoning_content|reasoning|both] [--max-queue N]
+
+Owns `add_arguments` and `run`. Binding anything but a loopback address without an API key
+is refused before the model loads: the server runs code-adjacent tools' requests and spends
+the machine's compute, so it must not be open to a network by accident. Runs on the main
+thread: `asyncio.run` around uvicorn's `Server.serve()`, which stops on Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+
+from app.config import add_engine_arguments, build_service
+
+REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; others need --api-key)")
+    p.add_argument("--port", type=int, default=8421, help="port (default 8421)")
+    p.add_argument("--api-key", default=os.environ.get("PRISM_API_KEY"),
+                   help="require this key (Authorization: Bearer KEY or x-api-key: KEY); "
+                   "default: $PRISM_API_KEY")
+    p.add_argument("--reasoning-field", choices=REASONING_FIELDS, default="reasoning_content",
+                   help="where OpenAI chat replies put the thinking (default reasoning_content)")
+    p.add_argument("--max-queue", type=int, default=16,
+                   help="waiting requests before new ones get 429 (default 16)")
+    p.add_argument("--model-name", default="",
+                   help="the model id /v1/models reports (default: the pack's name)")
+    p.add_argument("--log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    add_engine_arguments(p)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it could resolve to anything
+
+
+def check_host(host: str, api_key: str | None) -> None:
+    if not is_loopback(host) and not api_key:
+        raise SystemExit(
+            f"prism serve: refusing to listen on {host} without --api-key. Any machine that "
+            "can reach that address could use the model (and read what it is given). Pass "
+            "--api-key KEY (or set PRISM_API_KEY), or bind 127.0.0.1."
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    check_host(args.host, args.api_key)
+    from app.api.server import serve
+    from app.api.state import AppState, ServerConfig
+
+    service = build_service(args)
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key or None,
+        record=not args.no_record,
+        reasoning_field=args.reasoning_field,
+        max_queue=args.max_queue,
+        model_name=args.model_name,
+    )
+    state = AppState(service=service, config=config)
+    print(f"prism: serving {service.engine.name} ({service.pack.name}) on "
+          f"http://{args.host}:{args.port}/v1", flush=True)
+    try:
+        asyncio.run(serve(state, log_level=args.log_level))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.engine.close()
+        if service.recorder is not None:
+            service.recorder.close()
+    return 0
