@@ -1,0 +1,141 @@
+"""Live servers for the app/api tests: uvicorn on 127.0.0.1 (a free port) in a thread, over a
+ReplayEngine playing given model outputs through a built-in pack, with the official SDKs as
+clients. No model is needed (the `model` tests bring their own engine)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from app.api.server import ServerThread
+from app.api.state import AppState, ServerConfig
+from engine.events import result_of
+from engine.metrics import Metrics
+from engine.packs import resolve_pack
+from engine.parser import OutputParser
+from engine.recording import Recorder
+from engine.replay import ReplayEngine
+from engine.service import Run, RunUpdate, Service
+
+DATA = Path(__file__).parent / "data"
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather by city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "days": {"type": "integer"}},
+                   "required": ["city"]}}}
+SEARCH = {"type": "function", "function": {
+    "name": "search", "description": "Web search",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                   "required": ["query"]}}}
+TOOLS = [WEATHER, SEARCH]
+
+
+def xml_call(name: str, **params) -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+def recorded_failures() -> list[str]:
+    data = json.loads((DATA / "recorded_tool_call_in_thinking.json").read_text("utf-8"))
+    return [case["reasoning_content"] for case in data["falhas"]]
+
+
+def oracle(text: str, *, start: str = "reasoning", dialect: str = "qwen-xml", tools=(),
+           reason: str = "stop"):
+    """What the parser makes of a whole output: the expected result of every dialect."""
+    p = OutputParser(start=start, dialect=dialect, tools=tuple(tools), stream_tools=True)
+    events = p.feed(text) + p.finish(reason)
+    return result_of(events, reason)
+
+
+@dataclass
+class Live:
+    """One running server and what the tests look at."""
+
+    thread: ServerThread
+    state: AppState
+    runs: list[Run] = field(default_factory=list)
+    clients: list = field(default_factory=list)  # closed at teardown (no unclosed sockets)
+
+    @property
+    def url(self) -> str:
+        return self.thread.url
+
+    @property
+    def service(self) -> Service:
+        return self.state.service
+
+    def openai(self, **kw) -> openai.OpenAI:
+        kw.setdefault("api_key", "unused")
+        return self._keep(openai.OpenAI(base_url=self.url + "/v1", max_retries=0, timeout=20,
+                                        **kw))
+
+    def anthropic(self, **kw) -> anthropic.Anthropic:
+        kw.setdefault("api_key", "unused")
+        return self._keep(anthropic.Anthropic(base_url=self.url, max_retries=0, timeout=20,
+                                              **kw))
+
+    def http(self, **kw) -> httpx.Client:
+        return self._keep(httpx.Client(base_url=self.url, timeout=kw.pop("timeout", 20), **kw))
+
+    def _keep(self, client):
+        self.clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+    @property
+    def last(self) -> Run:
+        return self.runs[-1]
+
+
+@pytest.fixture
+def serve(tmp_path) -> Callable[..., Live]:
+    """serve(*outputs, pack="qwen3-xml", speed=0.0, n_ctx=..., **ServerConfig fields)."""
+    started: list[tuple[Live, ReplayEngine, Recorder]] = []
+
+    def start(*outputs: str | Path, pack: str = "qwen3-xml", speed: float = 0.0,
+              n_ctx: int = 1 << 20, **config) -> Live:
+        paths = []
+        for i, out in enumerate(outputs):
+            if isinstance(out, Path):
+                paths.append(out)
+                continue
+            p = tmp_path / f"output{len(started)}_{i}.txt"
+            p.write_text(out, encoding="utf-8")
+            paths.append(p)
+        engine = ReplayEngine(paths, speed=speed, n_ctx=n_ctx)
+        recorder = Recorder(tmp_path / f"session{len(started)}.jsonl", model=engine.name,
+                            pack=pack)
+        service = Service(engine, resolve_pack(pack, require_model=False),
+                          metrics=Metrics(engine), recorder=recorder)
+        state = AppState(service=service, config=ServerConfig(**config))
+        live = Live(ServerThread(state).start(), state)
+        lock = threading.Lock()
+
+        def on_update(upd: RunUpdate) -> None:
+            if upd.kind == "start":
+                with lock:
+                    live.runs.append(upd.run)
+
+        service.add_listener(on_update)
+        started.append((live, engine, recorder))
+        return live
+
+    yield start
+    for live, engine, recorder in started:
+        live.close()
+        engine.close()
+        live.thread.stop()
+        recorder.close()

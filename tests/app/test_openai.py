@@ -1,0 +1,279 @@
+"""app/api/openai.py over HTTP with the official `openai` SDK: every parser rule streamed and
+not (identical, and equal to the parser's own result), content arriving while it is decoded,
+usage and timings, thinking switches, models, and the request shapes Open WebUI sends."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.app.conftest import TOOLS, oracle, recorded_failures, xml_call
+
+WEATHER_CALL = xml_call("get_weather", city="Paris")
+HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+CASES = {
+    **{f"recorded_failure_{i}": text for i, text in enumerate(recorded_failures())},
+    "control_backticks": "The format is `<tool_call>` with `<function=x>`.\n</think>\n\nNo call.",
+    "control_mid_sentence": "It looks like <tool_call>\n<function=get_weather>\n</function>\n"
+    "</tool_call> in docs.\n</think>\n\nDone.",
+    "control_indented": "Steps:\n  <tool_call>\n  <function=get_weather>\n  </function>\n"
+    "  </tool_call>\n</think>\n\nOk.",
+    "control_quote": "Quoted:\n> <tool_call>\n> <function=get_weather>\n</think>\n\nOk.",
+    "control_fence": "Like this:\n```\n" + WEATHER_CALL + "\n```\nok.\n</think>\n\nAnswer.",
+    "control_no_opener": "Next:\n<tool_call>\nI should read the file.\n</think>\n\nAnswer.",
+    "stray_think_end": "Plan.\n</think>\n\nThe answer</think> continues here.",
+    "call_in_thinking": "I need the weather.\n\n" + WEATHER_CALL,
+    "several_calls": "Two lookups.\n</think>\n\nChecking.\n" + WEATHER_CALL + "\n"
+    + xml_call("search", query="rain gear") + "\nBoth requested.",
+    "plain_answer": "Short thought.\n</think>\n\nJust text, **markdown** and `code`.",
+}
+
+
+def collect(stream) -> dict:
+    """Fold a chat.completion.chunk stream the way clients do; check the fragment rules."""
+    out = {"reasoning": "", "content": "", "calls": {}, "finish": None, "usage": None,
+           "timings": None, "chunks": 0}
+    for chunk in stream:
+        out["chunks"] += 1
+        extra = chunk.model_extra or {}
+        out["timings"] = extra.get("timings") or out["timings"]
+        if chunk.usage is not None:
+            out["usage"] = chunk.usage
+        for choice in chunk.choices:
+            d = choice.delta
+            out["reasoning"] += (d.model_extra or {}).get("reasoning_content") or ""
+            out["content"] += d.content or ""
+            for tc in d.tool_calls or ():
+                call = out["calls"].get(tc.index)
+                if call is None:  # the first fragment carries id, type and name
+                    assert tc.id and tc.type == "function" and tc.function.name
+                    call = out["calls"][tc.index] = {"id": tc.id, "name": tc.function.name,
+                                                      "arguments": ""}
+                else:
+                    assert tc.id is None and tc.function.name is None
+                assert isinstance(tc.function.arguments, str)
+                call["arguments"] += tc.function.arguments
+            if choice.finish_reason:
+                out["finish"] = choice.finish_reason
+    return out
+
+
+def whole(resp) -> dict:
+    msg = resp.choices[0].message
+    calls = {i: {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+             for i, c in enumerate(msg.tool_calls or ())}
+    return {"reasoning": (msg.model_extra or {}).get("reasoning_content") or "",
+            "content": msg.content or "", "calls": calls,
+            "finish": resp.choices[0].finish_reason}
+
+
+def comparable(d: dict) -> tuple:
+    calls = [(c["name"], json.loads(c["arguments"])) for _, c in sorted(d["calls"].items())]
+    return d["reasoning"], d["content"], calls, d["finish"]
+
+
+def expected(text: str, **kw) -> tuple:
+    res = oracle(text, tools=TOOLS, **kw)
+    calls = [(c.name, c.arguments) for c in res.tool_calls]
+    return res.reasoning, res.content, calls, res.finish_reason
+
+
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_rule_streamed_and_whole_agree_with_the_parser(serve, name):
+    text = CASES[name]
+    live = serve(text)
+    client = live.openai()
+    streamed = collect(client.chat.completions.create(model="any-name", messages=ASK,
+                                                      tools=TOOLS, stream=True))
+    resp = client.chat.completions.create(model="any-name", messages=ASK, tools=TOOLS)
+    assert comparable(streamed) == comparable(whole(resp)) == expected(text)
+    assert resp.model == "any-name"
+    assert (streamed["finish"] == "tool_calls") == bool(streamed["calls"])
+    assert "</think>" not in streamed["content"] + streamed["reasoning"] or name.startswith(
+        "control_")  # a stray close tag never reaches the client
+    if name.startswith("recorded_failure"):
+        assert len(streamed["calls"]) == 1 and streamed["finish"] == "tool_calls"
+        assert streamed["reasoning"] == text[: text.index("<tool_call>")].rstrip("\n")
+    if name.startswith("control_"):
+        assert streamed["calls"] == {} and streamed["finish"] == "stop"
+
+
+def test_stray_think_end_is_dropped_and_counted(serve):
+    live = serve(CASES["stray_think_end"])
+    resp = live.openai().chat.completions.create(model="m", messages=ASK)
+    assert resp.choices[0].message.content == "The answer continues here."
+    assert live.last.result.anomalies["stray_think_end"] == 1
+
+
+def test_hermes_json_calls(serve):
+    text = "Let me look.\n</think>\n\n" + HERMES_CALL
+    live = serve(text, pack="qwen3-hermes")
+    client = live.openai()
+    streamed = collect(client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
+                                                      stream=True))
+    resp = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+    want = expected(text, dialect="hermes-json")
+    assert comparable(streamed) == comparable(whole(resp)) == want
+    assert want[2] == [("get_weather", {"city": "Paris"})]
+    # Both call shapes in one answer would be one call each, in order, with distinct ids.
+    assert len({c["id"] for c in streamed["calls"].values()}) == 1
+
+
+def test_content_streams_while_it_is_decoded(serve):
+    words = " ".join(f"word{i}" for i in range(120))
+    live = serve("Brief.\n</think>\n\n" + words + "</think> and more after a stray tag.",
+                 speed=4.0)  # ~200 pieces a second: the answer takes about a second
+    stream = live.openai().chat.completions.create(model="m", messages=ASK, tools=TOOLS,
+                                                   stream=True)
+    content_times, final_time, text = [], None, ""
+    for chunk in stream:
+        now = time.perf_counter()
+        for choice in chunk.choices:
+            if choice.delta.content:
+                content_times.append(now)
+                text += choice.delta.content
+            if choice.finish_reason:
+                final_time = now
+    assert text == words + " and more after a stray tag."
+    assert len(content_times) > 50
+    # The first words arrived long before the end: nothing held the answer back.
+    assert final_time - content_times[0] > 0.4
+    assert content_times[len(content_times) // 2] < final_time - 0.15
+
+
+def test_usage_cached_tokens_and_timings(serve):
+    live = serve("Thinking.\n</think>\n\nHello there.")
+    stream = live.openai().chat.completions.create(
+        model="m", messages=ASK, stream=True, stream_options={"include_usage": True})
+    got = collect(stream)
+    run = live.last
+    usage = got["usage"]
+    assert usage.prompt_tokens == run.prompt_tokens > 0
+    assert usage.completion_tokens == len(run.tokens) == run.timings.output_tokens
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.prompt_tokens_details.cached_tokens == 0
+    assert usage.completion_tokens_details.reasoning_tokens > 0
+    t = got["timings"]
+    assert t["predicted_n"] == usage.completion_tokens and t["prompt_n"] == usage.prompt_tokens
+    assert {"prompt_ms", "predicted_ms", "predicted_per_second", "cache_n"} <= set(t)
+    # Without include_usage there is no usage chunk.
+    plain = collect(live.openai().chat.completions.create(model="m", messages=ASK, stream=True))
+    assert plain["usage"] is None and plain["content"] == "Hello there."
+
+
+@pytest.mark.parametrize("field", ["reasoning", "both"])
+def test_reasoning_field_is_configurable(serve, field):
+    live = serve("Deep thought.\n</think>\n\n42", reasoning_field=field)
+    client = live.openai()
+    msg = client.chat.completions.create(model="m", messages=ASK).choices[0].message
+    extra = msg.model_extra or {}
+    assert extra.get("reasoning") == "Deep thought."
+    assert ("reasoning_content" in extra) == (field == "both")
+    seen = {}
+    for chunk in client.chat.completions.create(model="m", messages=ASK, stream=True):
+        for choice in chunk.choices:
+            for key, value in (choice.delta.model_extra or {}).items():
+                seen[key] = seen.get(key, "") + (value or "")
+    assert seen.get("reasoning") == "Deep thought."
+    assert ("reasoning_content" in seen) == (field == "both")
+
+
+@pytest.mark.parametrize("extra", [
+    {"chat_template_kwargs": {"enable_thinking": False}},
+    {"reasoning_effort": "none"},
+])
+def test_thinking_off_starts_in_content(serve, extra):
+    live = serve("Hello <b>there</b>.")
+    resp = live.openai().chat.completions.create(model="m", messages=ASK, extra_body=extra)
+    msg = resp.choices[0].message
+    assert msg.content == "Hello <b>there</b>." and not (msg.model_extra or {}).get(
+        "reasoning_content")
+    assert live.last.prompt.endswith("<think>\n\n</think>\n\n")
+    assert live.last.start_state == "content"
+
+
+def test_thinking_default_and_on_start_in_reasoning(serve):
+    live = serve("Hmm.")
+    client = live.openai()
+    client.chat.completions.create(model="m", messages=ASK)
+    client.chat.completions.create(model="m", messages=ASK,
+                                   extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    assert [r.start_state for r in live.runs] == ["reasoning", "reasoning"]
+    assert live.runs[0].result.reasoning == "Hmm."
+
+
+def test_length_and_stop(serve):
+    live = serve("Thought.\n</think>\n\none two three four five six seven")
+    client = live.openai()
+    resp = client.chat.completions.create(model="m", messages=ASK, max_tokens=5)
+    assert resp.choices[0].finish_reason == "length" and resp.usage.completion_tokens == 5
+    resp = client.chat.completions.create(model="m", messages=ASK, stop=[" four"])
+    assert resp.choices[0].finish_reason == "stop"
+    assert resp.choices[0].message.content == "one two three"
+
+
+def test_models(serve):
+    live = serve("x", model_name="prism-test")
+    client = live.openai()
+    models = client.models.list().data
+    assert [m.id for m in models] == ["prism-test"]
+    assert models[0].model_extra["context_length"] == live.service.engine.n_ctx
+    assert client.models.retrieve("prism-test").id == "prism-test"
+    import openai
+
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("gpt-9")
+    assert err.value.code == "model_not_found"
+
+
+# --- what Open WebUI sends -----------------------------------------------------------------
+
+
+def test_open_webui_native_tool_calling_round_trip(serve):
+    """Native tool calling: tools, streamed with include_usage; then the follow-up turn with
+    the assistant's reasoning and tool call (arguments as a JSON string) and the tool result."""
+    live = serve("I should check.\n\n" + WEATHER_CALL, "Got it.\n</think>\n\nSunny, 24 °C.")
+    client = live.openai()
+    first = collect(client.chat.completions.create(
+        model="qwen3:latest", messages=[{"role": "system", "content": "Be brief."}, *ASK],
+        tools=TOOLS, stream=True, stream_options={"include_usage": True}))
+    assert first["finish"] == "tool_calls" and first["usage"] is not None
+    call = first["calls"][0]
+    history = [
+        {"role": "system", "content": "Be brief."}, *ASK,
+        {"role": "assistant", "content": "", "reasoning_content": first["reasoning"],
+         "tool_calls": [{"id": call["id"], "type": "function",
+                         "function": {"name": call["name"], "arguments": call["arguments"]}}]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "sunny, 24 C"},
+    ]
+    second = collect(client.chat.completions.create(
+        model="qwen3:latest", messages=history, tools=TOOLS, stream=True,
+        stream_options={"include_usage": True}, extra_body={"keep_alive": "5m", "num_ctx": 8}))
+    assert second["content"] == "Sunny, 24 °C." and second["finish"] == "stop"
+    prompt = live.last.prompt
+    assert "<function=get_weather>\n<parameter=city>\nParis\n</parameter>" in prompt
+    assert "<tool_response>\nsunny, 24 C\n</tool_response>" in prompt
+
+
+def test_open_webui_empty_tools_parts_and_replayed_reasoning(serve):
+    live = serve("Fine.\n</think>\n\nYes.")
+    client = live.openai()
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "Hi"},
+                                     {"type": "image_url", "image_url": {"url": "data:,"}}]},
+        {"role": "assistant", "content": "Hello!", "reasoning": "The user greets me."},
+        {"role": "user", "content": "Still there?"},
+    ]
+    got = collect(client.chat.completions.create(model="whatever", messages=messages, tools=[],
+                                                 stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert got["content"] == "Yes." and got["finish"] == "stop"
+    assert live.last.request.tools == ()
+    assert live.last.request.messages[1].reasoning_content == "The user greets me."
+    assert live.last.request.messages[0].content == "Hi"
