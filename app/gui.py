@@ -1,0 +1,219 @@
+"""The `prism gui` verb (and plain `prism`): the inspector window, with the server in its loop.
+
+    prism [gui] [--pack NAME | --model FILE.gguf | --replay FILE...] [--port 8421]
+                [--no-server] [--screenshot FILE.png [--quit-after SECONDS]]
+
+Owns `add_arguments`, `run` and `Inspector`, the wiring: one service (app.config), a
+`LiveFeed` that carries its run updates to tracks, a `Playback` for recordings, the
+`MainWindow`, and the HTTP server (app.api.server) running in the same asyncio loop, which is
+qasync's Qt loop. Threads: everything here runs on the main (GUI) thread; the engine runs on
+its own thread and only appends to the feed's deque, which the window drains on its ~30 Hz
+frame timer.
+
+`--replay FILE...` serves those outputs to clients, as `prism serve --replay` does, and also
+opens them in the window's playback (at 1× unless `--replay-speed` says otherwise).
+`--screenshot` saves the window to a PNG when the replay has played out (or after
+`--quit-after` seconds, 3 by default without a replay) and quits: how the README's picture is
+made and how the window is checked without a display.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+import time
+from pathlib import Path
+
+from app.config import add_engine_arguments
+
+log = logging.getLogger("prism")
+
+SCREENSHOT_SETTLE_S = 0.6  # after a replay ends: let the charts take their next sample
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_engine_arguments(p)
+    # None = "not given": the window plays recordings at 1×, the served replay is instant.
+    p.set_defaults(replay_speed=None)
+    p.add_argument("--port", type=int, default=8421, help="server port (default 8421; 0 picks "
+                   "a free one)")
+    p.add_argument("--no-server", action="store_true", help="do not start the HTTP server "
+                   "(it can be switched on from the window)")
+    p.add_argument("--screenshot", type=Path, metavar="FILE.png",
+                   help="save the window to this PNG once the replay has played (or after "
+                   "--quit-after seconds) and quit")
+    p.add_argument("--quit-after", type=float, metavar="SECONDS",
+                   help="quit after this many seconds (with --screenshot: take it then)")
+
+
+class Inspector:
+    """The window, the feed, the playback and the server for one service. GUI thread."""
+
+    def __init__(self, service, *, host: str = "127.0.0.1", port: int = 8421,
+                 max_documents: int = 32) -> None:
+        from app.playback import Playback
+        from app.tracks import LiveFeed, TrackStore
+        from widgets.main_window import MainWindow
+
+        self.service = service
+        self.host, self.port = host, port
+        self.store = TrackStore(max_documents=max_documents)
+        self.feed = LiveFeed(service, self.store)
+        self.playback = Playback(self.store)
+        engine = service.engine
+        self.window = MainWindow(self.store, self.playback, [self.feed, self.playback],
+                                 submit=service.submit,
+                                 title=f"Prism — {engine.name} ({service.pack.name})")
+        self.window.server_toggled.connect(self._server_toggled)
+        self.server = None
+        self.url: str | None = None
+        self._server_task: asyncio.Task | None = None
+        self._sock: socket.socket | None = None
+        self._toggle_task: asyncio.Future | None = None
+        from PySide6.QtCore import QTimer
+
+        self._status = QTimer(self.window)
+        self._status.timeout.connect(self.update_status)
+        self._status.start(500)
+        self.update_status()
+
+    def update_status(self) -> None:
+        engine = self.service.engine
+        state = getattr(engine, "state", "") or "ready"
+        if getattr(engine, "load_error", None):
+            state = "failed to load"
+        try:
+            waiting = engine.queue_depth()
+        except Exception:  # a closed engine
+            waiting = 0
+        self.window.set_engine_status(engine.name, state, waiting)
+
+    # -- the server ------------------------------------------------------------------------
+
+    async def start_server(self) -> str | None:
+        """Start uvicorn in this loop; returns the base URL (None, with the reason shown in
+        the status bar, when the port cannot be bound)."""
+        if self._server_task is not None:
+            return self.url
+        from app.api.server import make_server
+        from app.api.state import AppState, ServerConfig
+
+        try:
+            # Bind first, ourselves: a busy port is an OSError here, not uvicorn's sys.exit.
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except OSError as e:
+            sock.close()
+            self.window.set_server(None, f"server off: {self.host}:{self.port}: {e.strerror}")
+            return None
+        host, port = sock.getsockname()[:2]
+        state = AppState(self.service, ServerConfig(host=host, port=port,
+                                                    model_name=self.service.engine.name))
+        self.server = make_server(state, host, port, log_level="warning")
+        self._sock = sock
+        self._server_task = asyncio.ensure_future(self.server.serve(sockets=[sock]))
+        while not self.server.started:
+            if self._server_task.done():  # failed while starting
+                with contextlib.suppress(BaseException):
+                    self._server_task.result()
+                self._server_task, self.server = None, None
+                sock.close()
+                self.window.set_server(None, "server off: it failed to start (see the log)")
+                return None
+            await asyncio.sleep(0.01)
+        self.url = f"http://{host}:{port}/v1"
+        self.window.set_server(self.url, "Paste into Open WebUI: Settings → Connections → "
+                               "OpenAI API, any key")
+        return self.url
+
+    async def stop_server(self) -> None:
+        task, self._server_task = self._server_task, None
+        if task is None:
+            return
+        self.server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self.server, self.url = None, None
+        self.window.set_server(None)
+
+    def _server_toggled(self, on: bool) -> None:
+        # Kept, so the task is not garbage-collected while it runs.
+        self._toggle_task = asyncio.ensure_future(
+            self.start_server() if on else self.stop_server())
+
+    # -- life ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        await self.stop_server()
+        self.feed.close()
+        self.service.engine.close()
+        if getattr(self.service, "recorder", None) is not None:
+            self.service.recorder.close()
+
+
+async def main(inspector: Inspector, args: argparse.Namespace) -> int:
+    window = inspector.window
+    closed = asyncio.get_running_loop().create_future()
+    window.closed.connect(lambda: closed.done() or closed.set_result(None))
+    window.show()
+    if not args.no_server:
+        await inspector.start_server()
+    replaying = False
+    for path in args.replay or ():
+        speed = 1.0 if args.replay_speed is None else args.replay_speed
+        inspector.playback.set_speed(speed)
+        window.bar.set_speed(speed)
+        replaying = window.open_recording(path) or replaying
+    started = time.monotonic()
+    limit = args.quit_after
+    if limit is None and args.screenshot and not replaying:
+        limit = 3.0
+    try:
+        while not closed.done():
+            elapsed = time.monotonic() - started
+            played = replaying and inspector.playback.finished
+            if (limit is not None and elapsed >= limit) or (args.screenshot and played):
+                if played and args.screenshot:
+                    await asyncio.sleep(SCREENSHOT_SETTLE_S)
+                    window.charts.refresh()
+                    window.frame()
+                if args.screenshot:
+                    path = window.save_screenshot(args.screenshot)
+                    print(f"prism: screenshot saved to {path}", flush=True)
+                break
+            await asyncio.wait([closed], timeout=0.05)
+    finally:
+        window.timer.stop()
+        await inspector.close()
+        window.close()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import qasync
+    from PySide6.QtWidgets import QApplication  # imported before qasync, which picks it up
+
+    from app.config import build_service
+    from widgets.theme import apply_dark_palette
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Prism")
+    apply_dark_palette(app)
+    service = build_service(args)
+    # Loopback only: the window has no API key option (`prism serve` is for anything else).
+    inspector = Inspector(service, port=args.port)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    try:
+        with loop:
+            return loop.run_until_complete(main(inspector, args))
+    finally:
+        asyncio.set_event_loop(None)

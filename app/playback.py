@@ -1,0 +1,352 @@
+"""Playback of recordings in the inspector: play, pause, step, speed, seek. Qt-free.
+
+Owns `Playback`, which reads a Prism recording (or a plain text file, taken as one model
+output) and plays its requests into `app.tracks.Track`s, one token at a time, through a parser
+of its own per request, so the window shows a recording exactly as it showed the live run. It
+is driven by the GUI's frame timer (`poll(now)`); nothing here blocks or starts a thread, which
+is what makes step and seek exact and testable without a window.
+
+Positions: a request of n tokens has positions 0..n+1; position k <= n means its first k
+tokens were fed (so a tail the parser still holds can be looked at), n+1 that the parser was
+finished. Seeking backwards restarts the request's track and feeds the prefix instantly (the
+parser is linear, so this is cheap). Requests play back to back; within a request the recorded
+token times are kept (so time to first token shows), divided by `speed` (0 = instant).
+
+Charts: a recording's figures go to a `Metrics` of the playback's own, never the live
+service's, so replaying never changes what `/metrics` reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.tracks import Track, TrackStore
+from engine import dialects
+from engine.base import Timings, Token
+from engine.events import ANOMALY
+from engine.metrics import Metrics
+from engine.parser import OutputParser
+from engine.recording import FORMAT, RecordingError, read_session
+from engine.replay import ReplayOutput
+
+log = logging.getLogger("prism")
+
+SPEEDS = {"1×": 1.0, "10×": 10.0, "instant": 0.0}
+_INSTANT_BUDGET = 50_000  # tokens fed per frame at "instant", so a huge file never freezes
+
+
+@dataclass(eq=False)
+class Item:
+    """One recorded request and where playback is in it."""
+
+    track: Track
+    tokens: tuple[Token, ...]
+    reason: str
+    timings: Timings | None
+    error: str | None = None
+    pos: int = 0
+    parser: OutputParser | None = None
+    added: bool = False  # shown in the request list (it has started playing once)
+    reported: bool = False  # counted in the playback metrics once
+
+
+def _is_recording(path: Path) -> bool:
+    with path.open("rb") as f:
+        first = f.readline(4096)
+    return f'"{FORMAT}"'.encode() in first
+
+
+def _pack_dialect(name: str) -> str:
+    try:
+        from engine.packs import builtin_packs
+
+        spec = builtin_packs().get(name)
+        return spec.dialect if spec is not None else "auto"
+    except Exception:  # a pack we cannot read: "auto" parses both dialects
+        return "auto"
+
+
+def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
+    """The requests a file holds, as unplayed items (a damaged recording gives what precedes
+    the damage, with a warning)."""
+    path = Path(path)
+    name = path.name
+    if not _is_recording(path):
+        out = ReplayOutput.from_text(path.read_text(encoding="utf-8"), str(path))
+        track = Track(id=f"{path.stem}", source="replay", model="(text file)",
+                      start_state="reasoning", dialect="auto", metrics=metrics, origin=name)
+        return [Item(track, out.tokens, "stop", None)]
+    try:
+        session = read_session(path)
+    except RecordingError as e:
+        log.warning("[prism] %s: %s; playing what precedes it", path, e)
+        session = e.partial
+    pack_dialect = _pack_dialect(str(session.header.get("pack", "")))
+    items = []
+    for req in session.requests:
+        body = req.request or {}
+        # The recording's "dialect" is the parser's when it names one; else the pack's.
+        dialect = req.dialect if req.dialect in dialects.NAMES else pack_dialect
+        track = Track(
+            id=req.id,
+            source=str(body.get("dialect") or "replay"),
+            model=str(body.get("model") or session.model),
+            prompt=req.prompt,
+            prompt_tokens=req.timings.prompt_tokens if req.timings else 0,
+            start_state=req.start_state,
+            dialect=dialect,
+            tools=tuple(req.tools),
+            stream_tools=req.stream_tools,
+            request=body,
+            metrics=metrics,
+            origin=name,
+            recorded_result=req.result,
+        )
+        reason = req.finish or "error"
+        error = req.error if req.finish else "the recording ends before this request finished"
+        items.append(Item(track, req.tokens, reason, req.timings, error))
+    return items
+
+
+class Playback:
+    """Plays loaded items into a `TrackStore`. GUI thread only; see the module docstring."""
+
+    def __init__(self, store: TrackStore, clock=time.perf_counter) -> None:
+        self.store = store
+        self.clock = clock
+        self.metrics = Metrics()
+        self.metrics.t0 = clock()  # chart x values count from the playback clock
+        self.items: list[Item] = []
+        self.index = 0
+        self.playing = False
+        self.speed = 1.0
+        self._origin = 0.0  # clock time at which the current item's token times count from
+        self._touched: dict[str, Track] = {}
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def open(self, path: Path | str, play: bool = True) -> list[Item]:
+        """Append a file's requests; playback jumps to the first of them."""
+        items = load_items(path, self.metrics)
+        if not items:
+            raise ValueError(f"{path}: no requests to play")
+        first = len(self.items)
+        self.items.extend(items)
+        self.select(first)
+        if play:
+            self.play()
+        return items
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def current(self) -> Item | None:
+        return self.items[self.index] if self.items else None
+
+    @property
+    def finished(self) -> bool:
+        """Every loaded request has been played to its end."""
+        return bool(self.items) and all(it.pos == len(it.tokens) + 1 for it in self.items)
+
+    @property
+    def at_end(self) -> bool:
+        it = self.current
+        return it is None or (self.index == len(self.items) - 1 and self._done(it))
+
+    @staticmethod
+    def _done(it: Item) -> bool:
+        return it.pos > len(it.tokens)
+
+    def item_for(self, track: Track) -> int | None:
+        for i, it in enumerate(self.items):
+            if it.track is track:
+                return i
+        return None
+
+    # -- controls --------------------------------------------------------------------------
+
+    def play(self) -> None:
+        if self.current is None:
+            return
+        if self.at_end:  # play at the very end starts over, as media players do
+            self.index = 0
+            self.seek(0)
+        self.playing = True
+        self._rebase(self.clock())
+
+    def pause(self) -> None:
+        self.playing = False
+
+    def toggle(self) -> None:
+        self.pause() if self.playing else self.play()
+
+    def set_speed(self, speed: float) -> None:
+        self.speed = max(0.0, float(speed))
+        if self.playing:
+            self._rebase(self.clock())
+
+    def step(self, n: int = 1) -> None:
+        """Pause and advance n positions (the last position finishes the request; stepping on
+        from there goes to the next request)."""
+        self.playing = False
+        for _ in range(n):
+            it = self.current
+            if it is None:
+                return
+            if self._done(it):
+                if self.index + 1 >= len(self.items):
+                    return
+                self.select(self.index + 1)
+                it = self.current
+            self._advance(it, 1)
+
+    def select(self, index: int) -> None:
+        """Make request `index` current (as it is: seek to replay it)."""
+        if not 0 <= index < len(self.items):
+            raise IndexError(index)
+        self.index = index
+        self._show(self.items[index])
+        self._rebase(self.clock())
+
+    def seek(self, pos: int) -> None:
+        """Move the current request to position `pos` (see the module docstring)."""
+        it = self.current
+        if it is None:
+            return
+        pos = max(0, min(pos, len(it.tokens) + 1))
+        if pos < it.pos:
+            it.track.restart()
+            it.pos, it.parser = 0, None
+            self._touch(it.track)
+        self._advance(it, pos - it.pos)
+        self._rebase(self.clock())
+
+    # -- the frame timer -------------------------------------------------------------------
+
+    def sample(self) -> None:
+        """A chart point now, so the playback's charts scroll (and fall to 0) while idle."""
+        self.metrics.sample(t=self.clock())
+
+    def poll(self, now: float | None = None) -> list[Track]:
+        """Feed every token that is due by `now`; returns the tracks that changed."""
+        now = self.clock() if now is None else now
+        if self.playing and self.items:
+            budget = _INSTANT_BUDGET
+            while budget > 0 and self.playing:
+                it = self.items[self.index]
+                if self._done(it):
+                    if self.index + 1 >= len(self.items):
+                        self.playing = False
+                        break
+                    self.index += 1
+                    it = self.items[self.index]
+                    self._show(it)
+                    if self._done(it) or it.pos:
+                        it.track.restart()
+                        it.pos, it.parser = 0, None
+                    self._origin = now
+                    continue
+                due = self._due(it, now)
+                if due <= 0:
+                    break
+                budget -= self._advance(it, min(due, budget))
+        touched, self._touched = list(self._touched.values()), {}
+        return touched
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _due(self, it: Item, now: float) -> int:
+        """How many positions of `it` are due at `now`."""
+        n = len(it.tokens)
+        if self.speed <= 0:
+            return n + 1 - it.pos
+        k = it.pos
+        limit = (now - self._origin) * self.speed
+        while k < n and it.tokens[k].t <= limit:
+            k += 1
+        if k == n and it.pos <= n and (n == 0 or it.tokens[-1].t <= limit):
+            k = n + 1  # the finish comes with the last token
+        return k - it.pos
+
+    def _rebase(self, now: float) -> None:
+        """Keep the current item's pace from here: its next token is due as recorded after
+        the last one fed."""
+        it = self.current
+        if it is None:
+            return
+        if self.speed > 0:
+            last = it.tokens[it.pos - 1].t if 0 < it.pos <= len(it.tokens) else 0.0
+            self._origin = now - last / self.speed
+        else:
+            self._origin = now
+
+    def _show(self, it: Item) -> None:
+        if not it.added:
+            it.added = True
+            it.track.created = time.time()
+            self.store.add(it.track)
+        self._touch(it.track)
+
+    def _touch(self, track: Track) -> None:
+        self._touched[track.id] = track
+
+    def _advance(self, it: Item, n: int) -> int:
+        """Feed up to n positions of `it` at once; returns how many were fed."""
+        if n <= 0:
+            return 0
+        self._show(it)
+        track = it.track
+        if it.parser is None:
+            it.parser = OutputParser(start=track.start_state, dialect=track.dialect,
+                                     tools=track.tools, stream_tools=track.stream_tools)
+            track.submitted = self.clock()
+            if not it.reported:
+                self.metrics.request_started(track.id, track.source, track.model,
+                                             track.prompt_tokens, t=track.submitted)
+        ntok = len(it.tokens)
+        end = min(it.pos + n, ntok)
+        fed = end - it.pos
+        if fed > 0:
+            now = self.clock()
+            toks = it.tokens[it.pos : end]
+            parser, evs = it.parser, []
+            for tok in toks:
+                evs += parser.feed(tok.text)
+            # Token times are re-based on the playback clock, so TTFT and tokens/s in the
+            # request list describe what is on screen.
+            base = track.submitted
+            track.add_tokens(Token(t.id, t.text, base + t.t, t.top) for t in toks)
+            track.add_events(evs)
+            track.state = parser.state
+            if not it.reported:
+                # Charts get each token's due time, not the frame's: a frame feeds several
+                # tokens at once, and equal times would read as a burst.
+                speed = self.speed
+                for tok in toks:
+                    due = self._origin + tok.t / speed if speed > 0 else now
+                    self.metrics.token(track.id, min(due, now))
+                for ev in evs:
+                    if ev.kind == ANOMALY:
+                        self.metrics.anomaly(track.id, ev.anomaly or "", ev.text, t=now)
+            it.pos = end
+        if it.pos == ntok and n > fed:
+            evs = it.parser.finish(it.reason if it.reason in ("stop", "length") else "stop")
+            track.add_events(evs)
+            track.state = it.parser.state
+            track.finish(it.reason, it.timings, it.error)
+            if not it.reported:
+                for ev in evs:
+                    if ev.kind == ANOMALY:
+                        self.metrics.anomaly(track.id, ev.anomaly or "", ev.text,
+                                             t=self.clock())
+                self.metrics.request_finished(track.id, track.finish_reason or it.reason,
+                                              it.timings or Timings(output_tokens=ntok),
+                                              t=self.clock())
+                it.reported = True
+            it.pos = ntok + 1
+            fed += 1
+        self._touch(track)
+        return fed

@@ -1,0 +1,326 @@
+"""The inspector's Qt-free model: one `Track` per request, a bounded `TrackStore`, a `LiveFeed`.
+
+A `Track` is a request as the window shows it: where it came from, its prompt, the tokens and
+parser events received so far, its parser state and its summary figures. Live requests (from
+the server or the compose box) are filled by `LiveFeed` from the service's `RunUpdate`s;
+recordings are filled by `app.playback.Playback`, which runs its own parser per request. The
+views in `widgets/` only read tracks, so they cannot tell the two apart.
+
+Threads: `LiveFeed._on_update` runs on the engine thread (or the thread that submitted) and
+only appends to a deque; everything else here runs on the GUI thread, inside the frame timer
+(`LiveFeed.poll`). No Qt, so it is tested and benchmarked without a window.
+
+Memory is bounded on purpose: the store keeps at most `max_rows` tracks, and only the newest
+`max_documents` of them keep their documents (tokens, events, prompt); older ones keep their
+summary row, marked released. The held-back tail is not copied from the parser: the events'
+spans tile the output, so the held text is exactly the raw output past the last event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.base import Timings, Token
+from engine.events import ANOMALY, ANOMALY_KINDS, Event, ParseResult, result_of
+from engine.parser import OutputParser
+
+FIXTURE_FORMAT = "prism-fixture"
+
+
+@dataclass(eq=False)
+class Track:
+    """One request as the inspector sees it. Mutated on the GUI thread only.
+
+    `generation` changes whenever the events restart (a playback seek backwards), so a view
+    that rendered an older generation redraws from scratch; `version` changes on every update,
+    so the request log knows which rows to refresh.
+    """
+
+    id: str
+    source: str = "openai"  # openai | anthropic | responses | gui | replay
+    model: str = ""
+    prompt: str = ""
+    prompt_tokens: int = 0
+    start_state: str = "reasoning"
+    dialect: str = "auto"  # the parser's dialect (qwen-xml, hermes-json, auto)
+    tools: tuple = ()
+    stream_tools: bool = True
+    request: Any = None  # ChatRequest or its recorded dict
+    metrics: Any = None  # the engine.metrics.Metrics its chart points go to
+    origin: str = ""  # "live", or the recording it was played from
+    created: float = field(default_factory=time.time)
+    submitted: float = field(default_factory=time.perf_counter)
+    tokens: list[Token] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    state: str = ""  # the parser state: reasoning | content | call
+    status: str = "queued"  # queued | generating | done | cancelled | error
+    finish_reason: str | None = None
+    error: str | None = None
+    timings: Timings | None = None
+    result: ParseResult | None = None
+    recorded_result: dict | None = None  # what the recording said, for re-parse diffs
+    anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
+    released: bool = False
+    generation: int = 0
+    version: int = 0
+    _raw: str = ""
+    _raw_n: int = 0  # tokens already joined into _raw
+    _events_end: int = 0  # raw offset where the last event ended
+
+    def __post_init__(self) -> None:
+        self.state = self.state or self.start_state
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def raw(self) -> str:
+        """The model's output so far (the tokens' texts joined), joined lazily."""
+        if self._raw_n < len(self.tokens):
+            self._raw += "".join(t.text for t in self.tokens[self._raw_n :])
+            self._raw_n = len(self.tokens)
+        return self._raw
+
+    @property
+    def held(self) -> str:
+        """Text the parser holds back: received, not yet decided."""
+        return self.raw[self._events_end :] if self.status != "done" else ""
+
+    @property
+    def output_tokens(self) -> int:
+        if self.timings is not None and self.timings.output_tokens:
+            return self.timings.output_tokens
+        return len(self.tokens) if not self.released else 0
+
+    @property
+    def ttft_ms(self) -> float | None:
+        if self.timings is not None and self.timings.ttft_ms:
+            return self.timings.ttft_ms
+        if self.tokens:
+            return max(0.0, (self.tokens[0].t - self.submitted) * 1000.0)
+        return None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        if self.timings is not None and self.timings.tokens_per_s:
+            return self.timings.tokens_per_s
+        if len(self.tokens) >= 2:
+            span = self.tokens[-1].t - self.tokens[0].t
+            return (len(self.tokens) - 1) / span if span > 0 else None
+        return None
+
+    @property
+    def anomaly_total(self) -> int:
+        return sum(self.anomalies.values())
+
+    # -- writing (GUI thread) --------------------------------------------------------------
+
+    def add_tokens(self, toks: Iterable[Token]) -> None:
+        if self.released:
+            return
+        self.tokens.extend(toks)
+        if self.status == "queued":
+            self.status = "generating"
+        self.version += 1
+
+    def add_events(self, evs: Iterable[Event]) -> None:
+        if self.released:
+            return
+        for ev in evs:
+            self.events.append(ev)
+            self._events_end = ev.span[1]
+            if ev.kind == ANOMALY and ev.anomaly:
+                self.anomalies[ev.anomaly] = self.anomalies.get(ev.anomaly, 0) + 1
+        self.version += 1
+
+    def finish(self, reason: str, timings: Timings | None = None, error: str | None = None,
+               result: ParseResult | None = None) -> None:
+        self.timings = timings
+        self.error = error
+        self.result = result if result is not None else result_of(self.events, reason)
+        self.finish_reason = self.result.finish_reason if reason in ("stop", "length") else reason
+        self.status = {"cancelled": "cancelled", "error": "error"}.get(reason, "done")
+        self.version += 1
+
+    def restart(self) -> None:
+        """Forget the output (a playback seek backwards); the views redraw from nothing."""
+        self.tokens, self.events = [], []
+        self._raw, self._raw_n, self._events_end = "", 0, 0
+        self.anomalies = dict.fromkeys(ANOMALY_KINDS, 0)
+        self.state, self.status = self.start_state, "queued"
+        self.finish_reason = self.error = self.timings = self.result = None
+        self.generation += 1
+        self.version += 1
+
+    def release(self) -> None:
+        """Drop the document (tokens, events, prompt), keep the summary row."""
+        self.raw  # noqa: B018 - nothing to keep; reading settles the join before dropping it
+        self.tokens, self.events, self.prompt = [], [], ""
+        self._raw, self._raw_n = "", 0
+        self.request = None
+        self.released = True
+        self.generation += 1
+        self.version += 1
+
+    # -- re-parsing and fixtures -------------------------------------------------------------
+
+    def reparse(self, start: str | None = None, dialect: str | None = None,
+                stream_tools: bool | None = None) -> tuple[list[Event], ParseResult]:
+        """Run this output through a fresh parser, token by token as it arrived, under other
+        settings (None keeps the track's own)."""
+        parser = OutputParser(
+            start=start or self.start_state,
+            dialect=dialect or self.dialect,
+            tools=self.tools,
+            stream_tools=self.stream_tools if stream_tools is None else stream_tools,
+            id_prefix="fixture",  # call ids must not differ between two parses of one output
+        )
+        evs: list[Event] = []
+        for tok in self.tokens:
+            evs += parser.feed(tok.text)
+        reason = self.finish_reason if self.finish_reason in ("stop", "length") else "stop"
+        evs += parser.finish(reason)
+        return evs, result_of(evs, reason)
+
+    def fixture(self) -> dict:
+        """This request as a parser test fixture: the raw output, its chunking, the settings
+        it was parsed with, and the result they give (call ids fixed, so it is stable)."""
+        _, result = self.reparse()
+        return {
+            "format": FIXTURE_FORMAT,
+            "version": 1,
+            "id": self.id,
+            "source": self.source,
+            "model": self.model,
+            "parser": {
+                "start": self.start_state,
+                "dialect": self.dialect,
+                "stream_tools": self.stream_tools,
+                "tools": list(self.tools),
+            },
+            "raw": self.raw,
+            "chunks": [t.text for t in self.tokens],
+            "expected": result.to_dict(),
+        }
+
+
+class TrackStore:
+    """Every request the window knows, oldest first, bounded (see the module docstring)."""
+
+    def __init__(self, max_rows: int = 1000, max_documents: int = 32) -> None:
+        self.max_rows = max_rows
+        self.max_documents = max_documents
+        self._tracks: OrderedDict[str, Track] = OrderedDict()
+        self._docs: deque[Track] = deque()  # tracks holding a document, oldest first
+        self.protected: Track | None = None  # the selected track keeps its document
+
+    def __len__(self) -> int:
+        return len(self._tracks)
+
+    def __iter__(self):
+        return iter(self._tracks.values())
+
+    def get(self, id: str) -> Track | None:
+        return self._tracks.get(id)
+
+    def newest(self) -> Track | None:
+        return next(reversed(self._tracks.values()), None)
+
+    def add(self, track: Track) -> list[Track]:
+        """Add a track; returns the tracks dropped from the list to make room."""
+        self._tracks[track.id] = track
+        self._docs.append(track)
+        self._release_old()
+        dropped = []
+        while len(self._tracks) > self.max_rows:
+            _, old = self._tracks.popitem(last=False)
+            old.release()
+            dropped.append(old)
+        return dropped
+
+    def _release_old(self) -> None:
+        keep: list[Track] = []
+        while len(self._docs) > self.max_documents:
+            old = self._docs.popleft()
+            if old is self.protected or old.status in ("queued", "generating"):
+                keep.append(old)  # still in use: looked at, or still being written
+                continue
+            old.release()
+        self._docs.extendleft(reversed(keep))
+
+
+class LiveFeed:
+    """Carries a service's run updates to tracks: enqueue on the engine thread, apply on the
+    GUI thread's frame timer, never one Qt signal per token."""
+
+    def __init__(self, service: Any, store: TrackStore) -> None:
+        self.service = service
+        self.store = store
+        self._queue: deque = deque()
+        self._tracks: dict[str, Track] = {}  # live runs by id, until they finish
+        service.add_listener(self._on_update)
+
+    def close(self) -> None:
+        self.service.remove_listener(self._on_update)
+
+    @property
+    def metrics(self) -> Any:
+        return getattr(self.service, "metrics", None)
+
+    def sample(self) -> None:
+        """A chart point now (the charts' timer calls it, so they scroll while idle)."""
+        if self.metrics is not None:
+            self.metrics.sample()
+
+    def _on_update(self, upd: Any) -> None:
+        # Engine thread: deque.append is atomic, and the parser's state is read here because
+        # this is the one moment it is consistent with the update's events.
+        self._queue.append((upd, upd.run.parser.state))
+
+    def poll(self, now: float | None = None) -> list[Track]:
+        """Apply everything queued; returns the tracks that changed (GUI thread)."""
+        touched: dict[str, Track] = {}
+        q = self._queue
+        while q:
+            upd, state = q.popleft()
+            run = upd.run
+            track = self._tracks.get(run.id)
+            if upd.kind == "start" or track is None:
+                track = self._tracks[run.id] = self._new_track(run)
+                self.store.add(track)
+            if upd.token is not None:
+                track.add_tokens((upd.token,))
+            if upd.events:
+                track.add_events(upd.events)
+            track.state = state
+            if upd.kind == "finish":
+                fin = run.finish
+                track.finish(fin.reason if fin else "stop", fin.timings if fin else None,
+                             fin.error if fin else None, run.result)
+                track.finish_reason = run.finish_reason if run.result else track.finish_reason
+                del self._tracks[run.id]
+            touched[track.id] = track
+        return list(touched.values())
+
+    def _new_track(self, run: Any) -> Track:
+        req = run.request
+        engine = getattr(self.service, "engine", None)
+        return Track(
+            id=run.id,
+            source=req.dialect,
+            model=req.model or getattr(engine, "name", ""),
+            prompt=run.prompt,
+            prompt_tokens=run.prompt_tokens,
+            start_state=run.start_state,
+            dialect=run.parser.dialect,
+            tools=tuple(req.tools),
+            stream_tools=req.stream_tools,
+            request=req,
+            metrics=getattr(self.service, "metrics", None),
+            origin="live",
+            submitted=run.job.submitted_at if run.job and run.job.submitted_at
+            else time.perf_counter(),
+        )

@@ -1,0 +1,212 @@
+"""The channel panes: reasoning, content and tool calls of one request, side by side.
+
+Owns `ChannelPanes`, which renders a track's parser events into three `TextPane`s: every span
+in the cached format of the state that produced it, the held-back tail drawn dim at the end of
+the pane of the parser's current state (redrawn each frame until it resolves), anomalies as
+inline markers with tooltips, and each tool call as a header plus its arguments, streamed as
+they come and pretty-printed once the call completes. Rendering is incremental: `sync()` draws
+only the events that arrived since the last frame (merged first, so a frame of a hundred tokens
+is a handful of inserts). GUI thread only; reads tracks, never writes them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtGui import QTextCharFormat
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
+
+from engine.events import (
+    ANOMALY,
+    CONTENT,
+    IMPLICIT_REASONING_END,
+    MARKUP,
+    REASONING,
+    STRAY_THINK_END,
+    TOOL_ARGS,
+    TOOL_CALL,
+    TOOL_START,
+    UNKNOWN_TOOL,
+    merge,
+)
+from widgets.text_pane import TextPane
+from widgets.theme import ANOMALY_MARKS, ANOMALY_TIPS, COLOURS, MUTED, formats
+
+PANES = ("reasoning", "content", "call")
+TITLES = {"reasoning": "Reasoning", "content": "Content", "call": "Tool calls"}
+
+
+def anomaly_format(kind: str, detail: str = "", strike: bool = False) -> QTextCharFormat:
+    """The cached marker format, or a copy carrying this instance's detail in its tooltip."""
+    base = formats().anomaly(kind, strike)
+    if not detail or detail == "</think>":
+        return base
+    f = QTextCharFormat(base)
+    f.setToolTip(f"{ANOMALY_TIPS.get(kind, kind)}\n\n{detail[:400]}")
+    return f
+
+
+class ChannelPanes(QWidget):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.panes: dict[str, TextPane] = {}
+        self.titles: dict[str, QLabel] = {}
+        split = QSplitter()
+        for name in PANES:
+            box = QWidget()
+            lay = QVBoxLayout(box)
+            lay.setContentsMargins(2, 2, 2, 2)
+            lay.setSpacing(2)
+            title = QLabel(TITLES[name])
+            title.setStyleSheet(f"color: {COLOURS[name]}; font-weight: bold; padding: 2px;")
+            pane = TextPane(mono=name == "call")
+            lay.addWidget(title)
+            lay.addWidget(pane)
+            split.addWidget(box)
+            self.panes[name], self.titles[name] = pane, title
+        split.setSizes([420, 420, 360])
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(split)
+        self.track = None
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._n = 0  # events drawn
+        self._gen = -1
+        self._args_start: dict[int, int] = {}  # call index -> where its arguments begin
+        self._flag_next: str | None = None  # an anomaly that concerns the next text event
+        self._counts = dict.fromkeys(PANES, 0)
+
+    # -- public ----------------------------------------------------------------------------
+
+    def show_track(self, track) -> None:
+        """Draw a track from scratch (selection changed, or its events restarted)."""
+        self.track = track
+        self._reset_state()
+        for pane in self.panes.values():
+            pane.clear_all()
+        if track is not None:
+            self._gen = track.generation
+            self.sync()
+        else:
+            self._update_titles()
+
+    def sync(self) -> None:
+        """Draw what arrived since the last call, and the current held tail."""
+        track = self.track
+        if track is None:
+            return
+        if track.generation != self._gen:
+            self.show_track(track)
+            return
+        panes = self.panes.values()
+        for pane in panes:
+            pane.begin()
+        try:
+            new = track.events[self._n :]
+            self._n = len(track.events)
+            for pane in panes:
+                pane.clear_tail()
+            for ev in merge(new):
+                self._draw(ev)
+            held = track.held
+            state = track.state if track.state in self.panes else REASONING
+            if held:
+                self.panes[state].set_tail(held, formats().held(state))
+        finally:
+            for pane in panes:
+                pane.end_batch()
+        self._update_titles()
+
+    def text(self, pane: str) -> str:
+        """A pane's decided text (without the held tail): what the tests compare."""
+        p = self.panes[pane]
+        full = p.toPlainText()
+        tail = p.tail_text
+        return full[: len(full) - len(tail)] if tail else full
+
+    # -- drawing ---------------------------------------------------------------------------
+
+    def _draw(self, ev) -> None:
+        f = formats()
+        kind = ev.kind
+        if kind in (REASONING, CONTENT):
+            pane = self.panes[kind]
+            start = pane.append(ev.text, f.state(kind))
+            self._counts[kind] += len(ev.text)
+            if self._flag_next:
+                pane.merge_format(start, pane.end(), f.flag(self._flag_next))
+                self._flag_next = None
+        elif kind == MARKUP:
+            pass  # tags are consumed; the raw view shows them
+        elif kind == TOOL_START:
+            self._call_header(ev.index or 0, ev.text, ev.call_id)
+            self._args_start[ev.index or 0] = self.panes["call"].end()
+        elif kind == TOOL_ARGS:
+            self.panes["call"].append(ev.text, f.state("call"))
+        elif kind == TOOL_CALL:
+            self._call_done(ev)
+        elif kind == ANOMALY:
+            self._anomaly(ev)
+
+    def _call_header(self, index: int, name: str, call_id: str | None) -> None:
+        pane = self.panes["call"]
+        if pane.end() > 0:
+            pane.append("\n", formats().state("call"))
+        pane.append(f"▸ {name}", formats().plain(COLOURS["call"], bold=True))
+        pane.append(f"  #{index}" + (f"  {call_id}" if call_id else "") + "\n",
+                    formats().plain(MUTED))
+
+    def _call_done(self, ev) -> None:
+        pane = self.panes["call"]
+        call = ev.call
+        index = ev.index if ev.index is not None else (call.index if call else 0)
+        start = self._args_start.pop(index, None)
+        if start is None:  # not streamed: the whole call arrives at once
+            self._call_header(index, call.name if call else ev.text, call.id if call else None)
+            start = pane.end()
+        args = call.arguments if call else {}
+        pretty = json.dumps(args, indent=2, ensure_ascii=False)
+        pane.replace_from(start, pretty + "\n", formats().state("call"))
+        self._counts["call"] += 1
+        if self._flag_next:
+            pane.append(ANOMALY_MARKS.get(self._flag_next, " ⚠ ").strip() + "\n",
+                        anomaly_format(self._flag_next))
+            self._flag_next = None
+
+    def _anomaly(self, ev) -> None:
+        kind = ev.anomaly or ""
+        if kind == STRAY_THINK_END:
+            # The dropped tag is shown where it was, struck through.
+            self.panes["content"].append(ev.text or "</think>", anomaly_format(kind, strike=True))
+            return
+        if kind == IMPLICIT_REASONING_END:
+            pane = self.panes["reasoning"]
+            pane.append(ANOMALY_MARKS[kind], anomaly_format(kind, f"call: {ev.text}"))
+            self._flag_next = kind  # the call it concerns gets the mark too
+            return
+        if kind == UNKNOWN_TOOL:  # the call itself follows; it carries the mark
+            self._flag_next = kind
+            return
+        # A call that failed: mark it in the tools pane; its text follows in its channel.
+        pane = self.panes["call"]
+        if ev.index is not None and ev.index in self._args_start:
+            self._args_start.pop(ev.index)
+            pane.append("\n", formats().state("call"))
+        pane.append(ANOMALY_MARKS.get(kind, f" ⚠ {kind} ").strip() + "\n",
+                    anomaly_format(kind, ev.text))
+        self._flag_next = kind
+
+    def _update_titles(self) -> None:
+        c = self._counts
+        extra = {
+            "reasoning": f"  ·  {c['reasoning']} chars",
+            "content": f"  ·  {c['content']} chars",
+            "call": f"  ·  {c['call']} complete",
+        }
+        for name, label in self.titles.items():
+            state = self.track.state if self.track is not None else ""
+            live = "  ◀ parsing" if self.track is not None and self.track.status in (
+                "generating", "queued") and state == name else ""
+            label.setText(TITLES[name] + extra[name] + live)

@@ -1,0 +1,148 @@
+"""The compose box: send a chat to the same engine the server uses, streamed into the panes.
+
+Owns `ComposeBox`: system prompt, message, tools (OpenAI JSON), thinking (pack default, on,
+off), temperature, max tokens; Send and Stop. It builds an `engine.request.ChatRequest` (client
+"gui") and hands it to a `submit` callable given by the app (which calls `Service.submit` and
+returns the run); the request then appears in the list like any other and its tokens arrive
+through the same queue. Errors (bad tools JSON, context overflow, template errors) are shown
+under the buttons, never raised. GUI thread only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.request import ChatRequest, Message, Sampling
+from widgets.theme import COLOURS, MUTED
+
+EXAMPLE_TOOLS = """[{"type": "function", "function": {"name": "get_weather",
+  "description": "Current weather for a city",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                 "required": ["city"]}}}]"""
+
+
+class ComposeBox(QWidget):
+    def __init__(self, parent=None, submit: Callable[[ChatRequest], Any] | None = None) -> None:
+        super().__init__(parent)
+        self.submit = submit
+        self.run = None
+        self.system = QPlainTextEdit()
+        self.system.setPlaceholderText("System prompt (optional)")
+        self.system.setMaximumHeight(48)
+        self.message = QPlainTextEdit()
+        self.message.setPlaceholderText("Message")
+        self.message.setPlainText("What is the capital of Portugal? Answer in one sentence.")
+        self.tools = QPlainTextEdit()
+        self.tools.setPlaceholderText("Tools: an OpenAI-style JSON list (optional)\n"
+                                      + EXAMPLE_TOOLS)
+        self.tools.setMaximumHeight(70)
+        self.thinking = QComboBox()
+        for label, value in (("pack default", None), ("on", True), ("off", False)):
+            self.thinking.addItem(label, value)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setValue(0.7)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 32768)
+        self.max_tokens.setValue(256)
+        self.send_btn = QPushButton("Send")
+        self.send_btn.setDefault(True)
+        self.stop_btn = QPushButton("Stop")
+        self.stop_btn.setEnabled(False)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        self.status.setStyleSheet(f"color: {MUTED};")
+
+        form = QFormLayout()
+        form.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        for label, w in (("thinking", self.thinking), ("temperature", self.temperature),
+                         ("max tokens", self.max_tokens)):
+            row.addWidget(QLabel(label))
+            row.addWidget(w)
+        row.addStretch(1)
+        row.addWidget(self.send_btn)
+        row.addWidget(self.stop_btn)
+        form.addRow("System", self.system)
+        form.addRow("Message", self.message)
+        form.addRow("Tools", self.tools)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(form)
+        lay.addLayout(row)
+        lay.addWidget(self.status)
+        self.send_btn.clicked.connect(self.send)
+        self.stop_btn.clicked.connect(self.stop)
+
+    def request(self) -> ChatRequest:
+        """The request the fields describe (raises ValueError on bad tools JSON)."""
+        messages = []
+        if self.system.toPlainText().strip():
+            messages.append(Message("system", self.system.toPlainText()))
+        messages.append(Message("user", self.message.toPlainText()))
+        tools_text = self.tools.toPlainText().strip()
+        tools: tuple = ()
+        if tools_text:
+            try:
+                tools = tuple(json.loads(tools_text))
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"tools: not a JSON list ({e})") from None
+            if not all(isinstance(t, dict) for t in tools):
+                raise ValueError("tools: every entry must be an object")
+        return ChatRequest(
+            messages=tuple(messages),
+            tools=tools,
+            sampling=Sampling(temperature=self.temperature.value()),
+            max_tokens=self.max_tokens.value(),
+            thinking=self.thinking.currentData(),
+            dialect="gui",
+            model="",
+        )
+
+    def send(self):
+        """Submit the request; returns the run (or None, with the reason shown)."""
+        if self.submit is None:
+            self._say("No engine to send to.", error=True)
+            return None
+        try:
+            req = self.request()
+            self.run = self.submit(req)
+        except Exception as e:  # shown to the user: the box must never take the window down
+            self._say(f"{type(e).__name__}: {e}", error=True)
+            return None
+        self.stop_btn.setEnabled(True)
+        self._say(f"sent as {getattr(self.run, 'id', 'a request')}")
+        return self.run
+
+    def stop(self) -> None:
+        if self.run is not None:
+            self.run.cancel()
+            self._say(f"cancelled {getattr(self.run, 'id', '')}")
+        self.stop_btn.setEnabled(False)
+
+    def refresh(self) -> None:
+        """Frame timer: Stop is only enabled while our last request runs."""
+        run = self.run
+        if run is not None and getattr(run, "done", False) and self.stop_btn.isEnabled():
+            self.stop_btn.setEnabled(False)
+            self._say(f"{run.id}: {run.finish_reason}")
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.status.setStyleSheet(f"color: {COLOURS['anomaly'] if error else MUTED};")
+        self.status.setText(text)

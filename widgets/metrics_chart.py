@@ -1,0 +1,157 @@
+"""The charts: tokens/s, TTFT per request, queue depth and anomalies by kind, over time.
+
+Owns `RingBuffer` (a fixed-size float64 x/y store with amortised O(1) appends and a contiguous
+view for `setData`) and `MetricsCharts` (four pyqtgraph plots, one `PlotDataItem` per series).
+`refresh()` is called on a slow timer (a few Hz): it asks its source (`engine.metrics.Metrics`,
+the service's or a playback's) for a sample and its series, appends only the points newer than
+the last one seen, and scrolls the x range to the last `window` seconds. GUI thread only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from engine.events import ANOMALY_KINDS
+from widgets.theme import ANOMALY_LABELS, BACKGROUND, COLOURS, MUTED
+
+pg.setConfigOptions(antialias=True, background=BACKGROUND, foreground=MUTED)
+
+_ANOMALY_PENS = ("#ff6b6b", "#ff9f43", "#feca57", "#c56cf0", "#48dbfb")
+PLOTS = (
+    ("tokens_per_s", "tokens/s", COLOURS["content"]),
+    ("ttft_ms", "TTFT per request (ms)", COLOURS["call"]),
+    ("queue_depth", "queue depth", COLOURS["markup"]),
+    ("anomalies", "anomalies", COLOURS["anomaly"]),
+)
+
+
+class RingBuffer:
+    """The last `capacity` (x, y) points, float64. Stored in a 2× array that is compacted
+    when full, so `view()` is always one contiguous slice (no copy for setData)."""
+
+    def __init__(self, capacity: int = 2000) -> None:
+        self.capacity = capacity
+        self._x = np.zeros(2 * capacity, dtype=np.float64)
+        self._y = np.zeros(2 * capacity, dtype=np.float64)
+        self._start = 0
+        self._end = 0
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    def clear(self) -> None:
+        self._start = self._end = 0
+
+    @property
+    def last_x(self) -> float:
+        return float(self._x[self._end - 1]) if self._end > self._start else float("-inf")
+
+    def extend(self, points) -> None:
+        for x, y in points:
+            if self._end == len(self._x):
+                keep = self.capacity - 1
+                self._x[:keep] = self._x[self._end - keep : self._end]
+                self._y[:keep] = self._y[self._end - keep : self._end]
+                self._start, self._end = 0, keep
+            self._x[self._end] = x
+            self._y[self._end] = y
+            self._end += 1
+            if self._end - self._start > self.capacity:
+                self._start += 1
+
+    def view(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._x[self._start : self._end], self._y[self._start : self._end]
+
+
+class MetricsCharts(QWidget):
+    def __init__(self, parent=None, window: float = 120.0) -> None:
+        super().__init__(parent)
+        self.window = window
+        self.source = None  # an object with .metrics (engine Metrics) and .sample()
+        self.title = QLabel("Charts")
+        self.title.setStyleSheet("font-weight: bold; padding: 0 4px;")
+        self.view = pg.GraphicsLayoutWidget()
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.buffers: dict[str, RingBuffer] = {}
+        for i, (name, title, colour) in enumerate(PLOTS):
+            plot = self.view.addPlot(row=i // 2, col=i % 2, title=title)
+            plot.showGrid(x=True, y=True, alpha=0.15)
+            plot.setMenuEnabled(False)
+            plot.setMouseEnabled(x=False, y=False)
+            plot.hideButtons()
+            plot.getAxis("bottom").setHeight(18)
+            plot.titleLabel.setText(title, size="9pt", color=MUTED)
+            plot.setLimits(yMin=0)  # all four are counts or rates: no negative axis
+            self.plots[name] = plot
+            if name == "anomalies":
+                for kind, pen in zip(ANOMALY_KINDS, _ANOMALY_PENS, strict=True):
+                    self._add_curve(plot, f"anomalies.{kind}", pen, name=ANOMALY_LABELS[kind])
+            else:
+                symbol = "o" if name == "ttft_ms" else None
+                self._add_curve(plot, name, colour, symbol=symbol)
+        for col in (0, 1):
+            self.view.ci.layout.setColumnStretchFactor(col, 1)
+        # The key of the anomaly plot lives under the charts: a legend box would cover it.
+        self.key = QLabel("anomalies: " + "  ".join(
+            f"<span style='color:{pen}'>■ {ANOMALY_LABELS[k]}</span>"
+            for k, pen in zip(ANOMALY_KINDS, _ANOMALY_PENS, strict=True)))
+        self.key.setStyleSheet(f"color: {MUTED}; padding: 0 4px;")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(2)
+        lay.addWidget(self.title)
+        lay.addWidget(self.view, 1)
+        lay.addWidget(self.key)
+
+    def _add_curve(self, plot, key: str, colour: str, symbol=None, name=None) -> None:
+        kw = {"symbol": symbol, "symbolSize": 5, "symbolBrush": colour, "symbolPen": None} \
+            if symbol else {}
+        curve = plot.plot(pen=pg.mkPen(colour, width=1.6), name=name, **kw)
+        self.curves[key] = curve
+        self.buffers[key] = RingBuffer()
+
+    def set_source(self, source, label: str = "") -> None:
+        if source is self.source:
+            return
+        self.source = source
+        for buf in self.buffers.values():
+            buf.clear()
+        for curve in self.curves.values():
+            curve.setData([], [])
+        self.title.setText(f"Charts · {label}" if label else "Charts")
+        self.refresh()
+
+    def points(self, key: str) -> int:
+        return len(self.buffers[key])
+
+    def refresh(self) -> None:
+        src = self.source
+        if src is None:
+            return
+        src.sample()
+        series = src.metrics.series()
+        latest = 0.0
+        for key, points in series.items():
+            buf = self.buffers.get(key)
+            if buf is None or not points:
+                continue
+            last = buf.last_x
+            fresh = [p for p in points[-buf.capacity :] if p[0] > last]
+            if key.startswith("anomalies.") and fresh and not len(buf):
+                fresh.insert(0, (fresh[0][0], 0.0))  # a cumulative count starts from zero
+            if fresh:
+                buf.extend(fresh)
+                x, y = buf.view()
+                self.curves[key].setData(x, y)
+            latest = max(latest, buf.last_x)
+        for key, buf in self.buffers.items():
+            # Counts hold their level up to now, so a flat line is visible, not a dot.
+            if key.startswith("anomalies.") and len(buf) and buf.last_x < latest:
+                buf.extend([(latest, buf.view()[1][-1])])
+                self.curves[key].setData(*buf.view())
+        lo = max(0.0, latest - self.window)
+        for plot in self.plots.values():
+            plot.setXRange(lo, max(latest, lo + 10.0), padding=0.02)

@@ -1,0 +1,276 @@
+"""The request list: every request the window knows, newest first, with its figures.
+
+Owns `RequestLogModel` (a table model over tracks: source, model, state, tokens, TTFT,
+tokens/s, finish reason, anomaly badges), `BadgeDelegate` (paints the anomaly badges) and
+`RequestLog` (the table plus a "follow newest" switch: while it is on, the newest request is
+selected as it arrives; clicking an older one pins it). Rows are refreshed by the frame timer
+with the tracks that changed, one `dataChanged` per row, never per token. GUI thread only.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QStyledItemDelegate,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.events import ANOMALY_KINDS
+from widgets.theme import ANOMALY_LABELS, ANOMALY_TIPS, COLOURS, MUTED, TEXT
+
+COLUMNS = ("Request", "Source", "Model", "State", "Prompt", "Output", "TTFT ms", "tok/s",
+           "Finish", "Anomalies")
+_NUMERIC = {4, 5, 6, 7}
+BADGES = Qt.ItemDataRole.UserRole + 1
+TRACK = Qt.ItemDataRole.UserRole + 2
+_STATE_COLOURS = {"generating": COLOURS["call"], "queued": MUTED, "error": COLOURS["anomaly"],
+                  "cancelled": MUTED}
+
+
+class RequestLogModel(QAbstractTableModel):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._tracks: list = []  # oldest first; row r shows _tracks[-1 - r]
+        self._rows: dict[str, object] = {}
+
+    # -- updates (frame timer) -------------------------------------------------------------
+
+    def add(self, track) -> None:
+        self.beginInsertRows(QModelIndex(), 0, 0)
+        self._tracks.append(track)
+        self._rows[track.id] = track
+        self.endInsertRows()
+
+    def remove_oldest(self, n: int = 1) -> None:
+        n = min(n, len(self._tracks))
+        if n <= 0:
+            return
+        last = len(self._tracks) - 1
+        self.beginRemoveRows(QModelIndex(), last - n + 1, last)
+        for t in self._tracks[:n]:
+            self._rows.pop(t.id, None)
+        del self._tracks[:n]
+        self.endRemoveRows()
+
+    def changed(self, tracks) -> None:
+        for t in tracks:
+            r = self.row_of(t)
+            if r is not None:
+                self.dataChanged.emit(self.index(r, 0), self.index(r, len(COLUMNS) - 1))
+
+    def contains(self, track) -> bool:
+        return track.id in self._rows
+
+    def row_of(self, track) -> int | None:
+        if track.id not in self._rows:
+            return None
+        # Rows are few (bounded) and changes per frame fewer; a scan from the newest end
+        # finds live rows at once.
+        for i in range(len(self._tracks) - 1, -1, -1):
+            if self._tracks[i] is track:
+                return len(self._tracks) - 1 - i
+        return None
+
+    def track_at(self, row: int):
+        if 0 <= row < len(self._tracks):
+            return self._tracks[-1 - row]
+        return None
+
+    # -- Qt model API ----------------------------------------------------------------------
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._tracks)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        t = self.track_at(index.row())
+        if t is None:
+            return None
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(t, col)
+        if role == TRACK:
+            return t
+        if role == BADGES and col == 9:
+            return [(ANOMALY_LABELS[k], t.anomalies.get(k, 0)) for k in ANOMALY_KINDS
+                    if t.anomalies.get(k, 0)]
+        if role == Qt.ItemDataRole.ForegroundRole:
+            if col == 3:
+                return QColor(_STATE_COLOURS.get(t.status, TEXT))
+            if col == 8 and t.finish_reason == "tool_calls":
+                return QColor(COLOURS["call"])
+            return None
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in _NUMERIC:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == 9 and t.anomaly_total:
+                return "\n\n".join(f"{t.anomalies[k]} × {ANOMALY_TIPS[k]}"
+                                   for k in ANOMALY_KINDS if t.anomalies.get(k))
+            if col == 0:
+                where = "live" if t.origin == "live" else f"played from {t.origin}"
+                return f"{t.id}\n{where}" + (f"\nerror: {t.error}" if t.error else "")
+        return None
+
+    @staticmethod
+    def _display(t, col: int) -> str:
+        if col == 0:
+            return t.id
+        if col == 1:
+            return t.source
+        if col == 2:
+            return t.model
+        if col == 3:
+            return t.status + (f" · {t.state}" if t.status == "generating" else "")
+        if col == 4:
+            return str(t.prompt_tokens or "")
+        if col == 5:
+            return str(t.output_tokens)
+        if col == 6:
+            v = t.ttft_ms
+            return "" if v is None else f"{v:.0f}"
+        if col == 7:
+            v = t.tokens_per_s
+            return "" if v is None else f"{v:.1f}"
+        if col == 8:
+            return t.finish_reason or ""
+        if col == 9:
+            return "" if not t.anomaly_total else " ".join(
+                f"{ANOMALY_LABELS[k]}×{n}" for k, n in t.anomalies.items() if n)
+        return ""
+
+
+class BadgeDelegate(QStyledItemDelegate):
+    """Anomaly counts as small red pills (the text fallback is for copy and tests)."""
+
+    def paint(self, painter: QPainter, option, index) -> None:
+        badges = index.data(BADGES)
+        if not badges:
+            super().paint(painter, option, index)
+            return
+        self.initStyleOption(option, index)
+        option.text = ""
+        option.widget.style().drawControl(
+            option.widget.style().ControlElement.CE_ItemViewItem, option, painter, option.widget)
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        font = QFont(option.font)
+        font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
+        painter.setFont(font)
+        fm = painter.fontMetrics()
+        x = option.rect.x() + 4
+        h = fm.height() + 2
+        y = option.rect.y() + (option.rect.height() - h) / 2
+        for label, n in badges:
+            text = f"{label} ×{n}" if n > 1 else label
+            w = fm.horizontalAdvance(text) + 10
+            if x + w > option.rect.right():
+                break
+            path = QPainterPath()
+            path.addRoundedRect(QRectF(x, y, w, h), h / 2, h / 2)
+            painter.fillPath(path, QColor("#5c2129"))
+            painter.setPen(QColor(COLOURS["anomaly"]))
+            painter.drawText(QRectF(x, y, w, h), Qt.AlignmentFlag.AlignCenter, text)
+            x += w + 4
+        painter.restore()
+
+    def sizeHint(self, option, index) -> QSize:
+        s = super().sizeHint(option, index)
+        return QSize(max(s.width(), 160), s.height())
+
+
+class RequestLog(QWidget):
+    """The table and its follow switch. Emits `selected(track)` when the selection changes."""
+
+    selected = Signal(object)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.model = RequestLogModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(22)
+        self.table.setShowGrid(False)
+        self.table.setItemDelegateForColumn(9, BadgeDelegate(self.table))
+        hh = self.table.horizontalHeader()
+        hh.setStretchLastSection(True)
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        for col, w in enumerate((105, 62, 130, 92, 52, 52, 62, 48, 70)):
+            self.table.setColumnWidth(col, w)
+        self.follow = QCheckBox("Follow newest")
+        self.follow.setChecked(True)
+        self.follow.setToolTip("Select each new request as it arrives; clicking an older one "
+                               "pins it")
+        self.count = QLabel("")
+        self.count.setStyleSheet(f"color: {MUTED};")
+        head = QHBoxLayout()
+        head.setContentsMargins(4, 0, 4, 0)
+        title = QLabel("Requests")
+        title.setStyleSheet("font-weight: bold;")
+        head.addWidget(title)
+        head.addWidget(self.count, 1)
+        head.addWidget(self.follow)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(2)
+        lay.addLayout(head)
+        lay.addWidget(self.table)
+        self._current = None
+        self._programmatic = False
+        self.table.selectionModel().currentRowChanged.connect(self._row_changed)
+        self.follow.toggled.connect(self._follow_toggled)
+
+    @property
+    def current(self):
+        return self._current
+
+    def add(self, track) -> None:
+        self.model.add(track)
+        self.count.setText(f"  {self.model.rowCount()}")
+        if self.follow.isChecked():
+            self.select(track)
+
+    def select(self, track) -> None:
+        row = self.model.row_of(track)
+        if row is None:
+            return
+        self._programmatic = True
+        try:
+            self.table.selectRow(row)
+        finally:
+            self._programmatic = False
+        if self._current is not track:
+            self._current = track
+            self.selected.emit(track)
+
+    def _row_changed(self, current, _previous) -> None:
+        track = self.model.track_at(current.row())
+        if track is None:
+            return
+        if not self._programmatic and current.row() != 0:
+            self.follow.setChecked(False)  # the user picked an older one: pin it
+        if track is not self._current:
+            self._current = track
+            self.selected.emit(track)
+
+    def _follow_toggled(self, on: bool) -> None:
+        if on and self.model.rowCount():
+            self.select(self.model.track_at(0))
