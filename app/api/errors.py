@@ -103,13 +103,24 @@ def from_exception(exc: BaseException) -> APIError:
     return APIError("server", f"internal error: {type(exc).__name__}: {exc}")
 
 
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none", "bytes"})
+
+
+def _union_tag(part: object) -> bool:
+    """pydantic puts the union member tried into `loc` ('str', 'list[...]', 'ToolIn');
+    body fields are snake_case names, so these are told apart by shape."""
+    return isinstance(part, str) and (
+        part in _TYPE_TAGS or "[" in part or part[:1].isupper()
+    )
+
+
 def validation_message(errors: list[dict], prefix: str = "") -> tuple[str, str | None]:
     """A readable message and the field path (`messages[0].role`) of the first pydantic
     error; `prefix` is the path of the object that was validated."""
     if not errors:
         return "invalid request body", None
     first = errors[0]
-    loc = [p for p in first.get("loc", ()) if p != "body"]
+    loc = [p for p in first.get("loc", ()) if p != "body" and not _union_tag(p)]
     path = prefix
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))

@@ -101,7 +101,11 @@ class PrometheusExporter:
         self.latency = Histogram("prism_request_latency_seconds",
                                  "Time from submission to the end of the request.", ["model"],
                                  registry=self.registry, buckets=_LATENCY_BUCKETS)
-        self._itl = self.itl.labels(self.model)  # resolved once: on_token is per token
+        # Children created up front, so the series exist (at 0) before the first request;
+        # on_token runs per token, so it keeps its child rather than looking it up.
+        self._itl = self.itl.labels(self.model)
+        self._ttft = self.ttft.labels(self.model)
+        self._latency = self.latency.labels(self.model)
         self.registry.register(_SnapshotCollector(service))
         self._attached = False
 
@@ -122,8 +126,8 @@ class PrometheusExporter:
 
     def on_request_finished(self, id: str, finish_reason: str, timings, latency_s: float) -> None:
         if timings.output_tokens:
-            self.ttft.labels(self.model).observe(timings.ttft_ms / 1000.0)
-        self.latency.labels(self.model).observe(latency_s)
+            self._ttft.observe(timings.ttft_ms / 1000.0)
+        self._latency.observe(latency_s)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

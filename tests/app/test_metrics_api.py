@@ -1,0 +1,84 @@
+"""app/api/metrics.py: after known traffic in all three dialects, the JSON view (seed 000's
+layout) and the Prometheus text agree with each other and with what was sent."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.app.conftest import xml_call
+
+CALL_IN_THINKING = "I need the weather.\n\n" + xml_call("get_weather", city="Paris")
+STRAY = "Plan.\n</think>\n\nAnswer</think> goes on."
+PLAIN = "Quick.\n</think>\n\nHello."
+ASK = [{"role": "user", "content": "hi"}]
+
+
+def samples(text: str) -> dict[tuple, float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_json_and_prometheus_after_known_traffic(serve):
+    live = serve(CALL_IN_THINKING, STRAY, PLAIN)
+    live.openai().chat.completions.create(model="m", messages=ASK)
+    with live.anthropic().messages.stream(model="m", max_tokens=100, messages=ASK) as s:
+        for _ in s:
+            pass
+    live.openai().responses.create(model="m", input="hi")
+    http = live.http()
+
+    snap = http.get("/metrics", params={"format": "json"}).json()
+    assert http.get("/metrics", headers={"Accept": "application/json"}).json()["totals"] \
+        == snap["totals"]
+    assert set(snap) == {"engine", "live", "requests", "totals"}
+    totals = snap["totals"]
+    out_tokens = sum(len(run.tokens) for run in live.runs)
+    assert totals["requests"] == totals["finished"] == 3
+    assert totals["implicit_reasoning_ends"] == 1
+    assert totals["anomalies"]["implicit_reasoning_end"] == 1
+    assert totals["anomalies"]["stray_think_end"] == 1
+    assert totals["finish_reasons"] == {"tool_calls": 1, "stop": 2}
+    assert totals["output_tokens"] == out_tokens
+    assert totals["prompt_tokens"] == sum(run.prompt_tokens for run in live.runs)
+    reqs = snap["requests"]  # newest first, each with its own counts
+    assert [r["id"] for r in reqs] == [run.id for run in reversed(live.runs)]
+    assert [r["dialect"] for r in reqs] == ["responses", "anthropic", "openai"]
+    assert [r["implicit_reasoning_ends"] for r in reqs] == [0, 0, 1]
+    assert [r["anomalies"]["stray_think_end"] for r in reqs] == [0, 1, 0]
+    assert snap["live"]["queue_depth"] == 0
+
+    r = http.get("/metrics")
+    assert r.headers["content-type"].startswith("text/plain")
+    m = samples(r.text)
+    model = (("model", live.service.engine.name),)
+    assert m[("prism_requests_started_total", model)] == 3
+    assert m[("prism_requests_total", (("finish_reason", "stop"), *model))] == 2
+    assert m[("prism_requests_total", (("finish_reason", "tool_calls"), *model))] == 1
+    assert m[("prism_implicit_reasoning_ends_total", model)] == 1
+    assert m[("prism_anomalies_total", (("kind", "stray_think_end"), *model))] == 1
+    assert m[("prism_anomalies_total", (("kind", "implicit_reasoning_end"), *model))] == 1
+    assert m[("prism_anomalies_total", (("kind", "malformed_call"), *model))] == 0
+    assert m[("prism_output_tokens_total", model)] == out_tokens
+    assert m[("prism_prompt_tokens_total", model)] == totals["prompt_tokens"]
+    assert m[("prism_cached_tokens_total", model)] == 0
+    assert m[("prism_time_to_first_token_seconds_count", model)] == 3
+    assert m[("prism_request_latency_seconds_count", model)] == 3
+    # One inter-token gap per token after each request's first.
+    assert m[("prism_inter_token_latency_seconds_count", model)] == out_tokens - 3
+    assert m[("prism_requests_running", model)] == m[("prism_requests_waiting", model)] == 0
+    info = [k for k in m if k[0] == "prism_model_info"]
+    assert len(info) == 1 and ("pack", "qwen3-xml") in info[0][1]
+
+
+def test_two_apps_keep_separate_registries(serve):
+    a = serve(PLAIN)
+    b = serve(PLAIN)
+    a.openai().chat.completions.create(model="m", messages=ASK)
+    ma = samples(a.http().get("/metrics").text)
+    mb = samples(b.http().get("/metrics").text)
+    model = (("model", "replay"),)
+    assert ma[("prism_request_latency_seconds_count", model)] == 1
+    assert mb[("prism_request_latency_seconds_count", model)] == 0

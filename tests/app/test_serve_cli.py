@@ -1,0 +1,86 @@
+"""app/serve.py: the `prism serve` verb refuses a non-loopback address without a key (before
+loading anything), and serves a replay end to end as a real process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.serve import check_host, is_loopback
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True),
+    ("localhost", True), ("0.0.0.0", False), ("::", False), ("192.168.1.5", False),
+    ("myhost.example", False),
+])
+def test_is_loopback(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_check_host_needs_a_key_off_loopback():
+    check_host("127.0.0.1", None)
+    check_host("0.0.0.0", "key")
+    with pytest.raises(SystemExit) as err:
+        check_host("0.0.0.0", None)
+    assert "without --api-key" in str(err.value) and "127.0.0.1" in str(err.value)
+
+
+def _prism(*args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PRISM_API_KEY", None)
+    return subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def test_refuses_to_start_on_all_interfaces_without_key(tmp_path):
+    out = tmp_path / "out.txt"
+    out.write_text("x")
+    proc = _prism("serve", "--host", "0.0.0.0", "--replay", str(out), "--no-record")
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "refusing to listen on 0.0.0.0 without --api-key" in text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serves_a_replay_as_a_process(tmp_path):
+    out = tmp_path / "out.txt"
+    out.write_text("Thinking it over.\n</think>\n\nHello from a replay.")
+    port = _free_port()
+    proc = _prism("serve", "--replay", str(out), "--port", str(port), "--no-record",
+                  "--reasoning-field", "both", "--log-level", "warning")
+    try:
+        deadline = time.monotonic() + 60
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+            while True:
+                try:
+                    if http.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            msg = http.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "hi"}]}).json()["choices"][0]["message"]
+        assert msg["content"] == "Hello from a replay."
+        assert msg["reasoning_content"] == msg["reasoning"] == "Thinking it over."
+    finally:
+        proc.send_signal(signal.SIGINT)
+        text, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, text
+    assert f"http://127.0.0.1:{port}/v1" in text
