@@ -127,6 +127,8 @@ class MainWindow(QMainWindow):
 
         self.log.selected.connect(self.show_track)
         self.bar.open_requested.connect(self.ask_open)
+        self.bar.navigated.connect(self._show_playing)
+        self._playing_track = None  # the playback's current request at the last frame
         if self.sources:
             self.charts.set_source(self.sources[0], self._source_label(self.sources[0]))
 
@@ -155,6 +157,13 @@ class MainWindow(QMainWindow):
             if excess > 0:
                 model.remove_oldest(excess)
             model.changed(changed)
+            # Following: a playback moving on to its next request is "the newest" too.
+            playing = self.playback.current.track if self.playback and \
+                self.playback.current else None
+            if playing is not self._playing_track:
+                self._playing_track = playing
+                if playing is not None and self.log.follow.isChecked():
+                    self.log.select(playing)
             current = self.log.current
             if current is not None and any(t is current for t in changed):
                 self.channels.sync()
@@ -184,6 +193,14 @@ class MainWindow(QMainWindow):
             i = pb.item_for(track)
             if i is not None and i != pb.index:
                 pb.select(i)
+
+    def _show_playing(self) -> None:
+        """Previous / next in the bar: show that request, pinned or not."""
+        self.frame()  # lists it, if it is new
+        it = self.playback.current
+        if it is not None:
+            self._playing_track = it.track
+            self.log.select(it.track)
 
     def _source_for(self, track):
         for src in self.sources:

@@ -26,6 +26,7 @@ SPEEDS = (("1×", 1.0), ("10×", 10.0), ("instant", 0.0))
 
 class PlaybackBar(QWidget):
     open_requested = Signal()
+    navigated = Signal()  # the user chose another request (previous / next)
 
     def __init__(self, playback, parent=None) -> None:
         super().__init__(parent)
@@ -91,6 +92,7 @@ class PlaybackBar(QWidget):
         if pb.items:
             pb.pause()
             self._do(pb.select, max(0, min(len(pb.items) - 1, pb.index + delta)))
+            self.navigated.emit()
 
     def refresh(self) -> None:
         pb = self.playback

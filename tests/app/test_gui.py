@@ -1,0 +1,140 @@
+"""app/gui.py: the `--screenshot` path end to end, and the request list following traffic from
+a live server that runs in the window's own (qasync) loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything creates a QApplication
+
+import httpx
+import pytest
+
+from engine.metrics import Metrics
+from engine.packs import resolve_pack
+from engine.replay import ReplayEngine
+from engine.service import Service
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "resources" / "sessions" / "demo.jsonl"
+OUTPUTS = [
+    "The user says hi.\n</think>\n\nHello! How can I help?",
+    "Weather, then.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nLisbon\n"
+    "</parameter>\n</function>\n</tool_call>",
+    "Short.\n</think>\n\nIt is sunny. </think> Enjoy!",
+]
+
+
+def test_screenshot_writes_a_png(tmp_path):
+    out = tmp_path / "shot.png"
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "--replay", str(DEMO), "--replay-speed", "0",
+         "--no-server", "--no-record", "--screenshot", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"screenshot saved to {out}" in proc.stdout
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+    from PySide6.QtGui import QImage
+
+    img = QImage(str(out))
+    assert img.width() >= 1200 and img.height() >= 800
+
+
+def replay_service(tmp_path: Path) -> Service:
+    paths = []
+    for i, text in enumerate(OUTPUTS):
+        p = tmp_path / f"out{i}.txt"
+        p.write_text(text, encoding="utf-8")
+        paths.append(p)
+    engine = ReplayEngine(paths, speed=0)
+    return Service(engine, resolve_pack("qwen3-xml", require_model=False),
+                   metrics=Metrics(engine))
+
+
+async def until(predicate, timeout: float = 10.0) -> None:
+    """Let the loop (and so the window's frame timer) run until predicate() holds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def qloop(qapp):
+    import qasync
+
+    loop = qasync.QEventLoop(qapp)
+    asyncio.set_event_loop(loop)
+    yield loop
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+def test_request_list_follows_server_traffic(qloop, tmp_path):
+    from app.gui import Inspector
+
+    inspector = Inspector(replay_service(tmp_path), port=0)
+    window, log = inspector.window, inspector.window.log
+    window.show()
+    body = {"model": "anything", "messages": [{"role": "user", "content": "hi"}]}
+
+    async def scenario() -> None:
+        url = await inspector.start_server()
+        assert url and url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        assert window.server_label.text() == f"OpenAI base URL: {url}"
+        async with httpx.AsyncClient(base_url=url, timeout=20) as client:
+            r = await client.post("/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["message"]["content"] == "Hello! How can I help?"
+            await until(lambda: log.model.rowCount() == 1 and log.current is not None
+                        and log.current.status == "done")
+            first = log.current
+            assert first.source == "openai" and first.origin == "live"
+            assert window.channels.text("content") == "Hello! How can I help?"
+
+            # Streamed: the call (an implicit end of thinking) shows in the list and panes.
+            async with client.stream("POST", "/chat/completions",
+                                     json={**body, "stream": True}) as resp:
+                chunks = [line async for line in resp.aiter_lines() if line.startswith("data:")]
+            assert chunks[-1] == "data: [DONE]"
+            await until(lambda: log.model.rowCount() == 2 and log.current is not first
+                        and log.current.status == "done")
+            second = log.current
+            assert second.finish_reason == "tool_calls"
+            assert second.anomalies["implicit_reasoning_end"] == 1
+            assert "▸ get_weather" in window.channels.panes["call"].toPlainText()
+            assert json.loads(chunks[0][5:])["object"] == "chat.completion.chunk"
+
+            # Pinned: the user picks the older row; new traffic does not move the selection.
+            log.table.selectRow(1)
+            assert log.current is first and not log.follow.isChecked()
+            r = await client.post("/chat/completions", json=body)
+            assert r.status_code == 200
+            await until(lambda: log.model.rowCount() == 3
+                        and log.model.track_at(0).status == "done")
+            assert log.current is first
+            # Following again jumps to the newest.
+            log.follow.setChecked(True)
+            assert log.current is log.model.track_at(0)
+            assert log.current.anomalies["stray_think_end"] == 1
+        # The charts follow the engine's metrics.
+        window.charts.refresh()
+        assert window.charts.points("ttft_ms") == 3
+        await inspector.stop_server()
+        assert window.server_label.text() == "server off" and inspector.url is None
+        await inspector.close()
+
+    try:
+        qloop.run_until_complete(scenario())
+    finally:
+        window.close()

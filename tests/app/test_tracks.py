@@ -1,0 +1,78 @@
+"""app/tracks.py: tracks fill from run updates; old documents are released (bounded memory)."""
+
+from __future__ import annotations
+
+import time
+
+from app.tracks import LiveFeed, Track, TrackStore
+from engine.base import Token
+from engine.events import Event
+
+
+def finished_track(i: int, n_tokens: int = 50) -> Track:
+    t = Track(id=f"r{i}", prompt="p" * 100)
+    t.add_tokens(Token(k, "x", time.perf_counter()) for k in range(n_tokens))
+    t.add_events([Event("content", "x" * n_tokens, (0, n_tokens))])
+    t.finish("stop")
+    return t
+
+
+def test_old_documents_are_released_and_rows_bounded():
+    store = TrackStore(max_rows=10, max_documents=3)
+    running = Track(id="live")
+    running.add_tokens([Token(1, "a", 0.0)])
+    store.add(running)
+    tracks = [finished_track(i) for i in range(12)]
+    dropped = []
+    for t in tracks:
+        dropped += store.add(t)
+    assert len(store) == 10
+    assert [t.id for t in dropped] == ["live", "r0", "r1"]
+    kept = [t for t in store if not t.released]
+    assert [t.id for t in kept] == ["r9", "r10", "r11"]
+    old = store.get("r5")
+    assert old.released and old.tokens == [] and old.events == [] and old.prompt == ""
+    assert old.finish_reason == "stop" and old.output_tokens == 0  # the row keeps its summary
+
+
+def test_a_running_or_selected_track_keeps_its_document():
+    store = TrackStore(max_documents=2)
+    running = Track(id="live")
+    running.add_tokens([Token(1, "a", 0.0)])
+    store.add(running)
+    selected = finished_track(0)
+    store.add(selected)
+    store.protected = selected
+    for i in range(1, 6):
+        store.add(finished_track(i))
+    assert not running.released and not selected.released
+    assert store.get("r1").released
+
+
+def test_held_is_the_raw_text_past_the_last_event():
+    t = Track(id="x", start_state="content")
+    t.add_tokens([Token(1, "Hello <", 0.0), Token(2, "tool_c", 0.1)])
+    t.add_events([Event("content", "Hello ", (0, 6))])
+    assert t.raw == "Hello <tool_c" and t.held == "<tool_c"
+    t.finish("stop")
+    assert t.held == ""
+
+
+class FakeService:
+    def __init__(self) -> None:
+        self.listeners = []
+        self.metrics = None
+
+    def add_listener(self, fn) -> None:
+        self.listeners.append(fn)
+
+    def remove_listener(self, fn) -> None:
+        self.listeners.remove(fn)
+
+
+def test_live_feed_only_enqueues_on_the_engine_thread():
+    svc = FakeService()
+    feed = LiveFeed(svc, TrackStore())
+    assert feed.poll() == []
+    feed.close()
+    assert svc.listeners == []

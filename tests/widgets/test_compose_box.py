@@ -1,0 +1,91 @@
+"""widgets/compose_box.py: a chat sent from the window runs on the service's engine and streams
+into the panes through the same queue as server traffic; errors are shown, never raised."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.tracks import LiveFeed, TrackStore
+from engine.metrics import Metrics
+from engine.packs import load_pack, resolve_pack
+from engine.replay import ReplayEngine
+from engine.service import Service
+
+
+def live_window(qtbot, service):
+    from app.playback import Playback
+    from widgets.main_window import MainWindow
+
+    store = TrackStore()
+    feed = LiveFeed(service, store)
+    win = MainWindow(store, Playback(store), [feed], submit=service.submit)
+    qtbot.addWidget(win)
+    win.show()
+    return win, feed
+
+
+@pytest.fixture
+def replay_service(tmp_path):
+    p = tmp_path / "answer.txt"
+    p.write_text("Portugal's capital?\n</think>\n\nLisbon is the capital of Portugal.", "utf-8")
+    engine = ReplayEngine([p], speed=0)
+    service = Service(engine, resolve_pack("qwen3-xml", require_model=False),
+                      metrics=Metrics(engine))
+    yield service
+    engine.close()
+
+
+def test_compose_sends_to_the_engine_and_streams_into_the_panes(qtbot, replay_service):
+    win, feed = live_window(qtbot, replay_service)
+    box = win.compose
+    box.system.setPlainText("Be brief.")
+    run = box.send()
+    assert run is not None and run.request.dialect == "gui"
+    assert [m.role for m in run.request.messages] == ["system", "user"]
+    qtbot.waitUntil(lambda: win.log.current is not None and win.log.current.status == "done",
+                    timeout=5000)
+    track = win.log.current
+    assert track.id == run.id and track.source == "gui"
+    assert win.channels.text("reasoning") == "Portugal's capital?"
+    assert win.channels.text("content") == "Lisbon is the capital of Portugal."
+    assert "<|im_start|>system\nBe brief." in win.prompt.pane.toPlainText()
+    qtbot.waitUntil(lambda: not box.stop_btn.isEnabled(), timeout=2000)
+    feed.close()
+
+
+def test_bad_tools_json_is_shown_not_sent(qtbot, replay_service):
+    win, feed = live_window(qtbot, replay_service)
+    box = win.compose
+    box.tools.setPlainText("[{not json")
+    assert box.send() is None
+    assert box.status.text().startswith("ValueError: tools: not a JSON list")
+    win.frame()
+    assert win.log.model.rowCount() == 0
+    feed.close()
+
+
+@pytest.mark.model
+def test_compose_runs_a_real_request_on_the_default_model(qtbot):
+    from engine.llama import LlamaEngine
+
+    pack = load_pack("smollm2")
+    engine = LlamaEngine(pack.gguf, n_ctx=1024)
+    try:
+        service = Service(engine, pack, metrics=Metrics(engine))
+        win, feed = live_window(qtbot, service)
+        box = win.compose
+        box.max_tokens.setValue(8)
+        box.temperature.setValue(0.0)
+        run = box.send()
+        assert run is not None, box.status.text()
+        qtbot.waitUntil(lambda: win.log.current is not None
+                        and win.log.current.status == "done", timeout=120_000)
+        track = win.log.current
+        assert track.id == run.id and 0 < len(track.tokens) <= 8
+        assert track.finish_reason in ("stop", "length")
+        assert win.channels.text("content").strip()
+        assert win.raw.text() == track.raw and win.raw.strip._n == len(track.tokens)
+        assert track.model == engine.name and track.prompt_tokens > 0
+        feed.close()
+    finally:
+        engine.close()
