@@ -63,4 +63,4 @@ def build_service(args: argparse.Namespace) -> Service:
     if not args.no_record:
         recorder = Recorder(args.record_to or default_session_path(),
                             model=engine.name, pack=pack.name)
-    return Service(engine, pack, metrics=Metrics(model=engine.name), recorder=recorder)
+    return Service(engine, pack, metrics=Metrics(engine), recorder=recorder)
