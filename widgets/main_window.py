@@ -38,7 +38,7 @@ from widgets.request_log import RequestLog
 from widgets.theme import COLOURS, MUTED
 
 FRAME_MS = 33
-CHART_MS = 250
+CHART_MS = 500
 
 
 class MainWindow(QMainWindow):

@@ -130,8 +130,17 @@ def test_request_list_follows_server_traffic(qloop, tmp_path):
         # The charts follow the engine's metrics.
         window.charts.refresh()
         assert window.charts.points("ttft_ms") == 3
+        assert window.model_label.text() == f"model: {inspector.service.engine.name}"
+        # Server off and on again from the window's toolbar button.
+        window.server_action.setChecked(False)
+        await until(lambda: inspector.url is None)
+        assert window.server_label.text() == "server off" and not window.copy_btn.isEnabled()
+        window.server_action.setChecked(True)
+        await until(lambda: inspector.url is not None)
+        async with httpx.AsyncClient(base_url=inspector.url, timeout=20) as client:
+            assert (await client.get("/models")).status_code == 200
         await inspector.stop_server()
-        assert window.server_label.text() == "server off" and inspector.url is None
+        assert not window.server_action.isChecked()
         await inspector.close()
 
     try:
