@@ -74,6 +74,7 @@ class ToolIn(Lenient):
     name: str | None = None
     description: str | None = None
     parameters: dict | None = None
+    function: dict | None = None  # the Chat Completions shape, which some clients send here
 
 
 class TextFormat(Lenient):
@@ -172,6 +173,10 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
     for i, t in enumerate(body.tools or ()):
         if t.type != "function":
             continue  # built-in tools (web search...) have no local implementation
+        if not t.name and t.function and isinstance(t.function.get("name"), str):
+            fn = t.function
+            t = ToolIn(name=fn["name"], description=fn.get("description"),
+                       parameters=fn.get("parameters"))
         if not t.name:
             raise APIError("invalid_request", f"Missing field 'tools[{i}].name'",
                            param=f"tools[{i}].name")

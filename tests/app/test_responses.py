@@ -144,3 +144,11 @@ def test_reasoning_effort_none_turns_thinking_off(serve):
     resp = live.openai().responses.create(model="m", input="hi", reasoning={"effort": "none"})
     assert items(resp.output) == [("message", "Plain.")]
     assert live.last.start_state == "content"
+
+
+def test_chat_shaped_tools_are_accepted(serve):
+    live = serve("Hm.\n\n" + xml_call("search", query="tides"))
+    resp = live.openai().responses.create(model="m", input="tides?", tools=TOOLS)
+    call = next(i for i in resp.output if i.type == "function_call")
+    assert call.name == "search" and json.loads(call.arguments) == {"query": "tides"}
+    assert [t["function"]["name"] for t in live.last.request.tools] == ["get_weather", "search"]
