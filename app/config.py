@@ -30,6 +30,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay-speed", type=float, default=0.0,
                    help="replay pace: 0 instant (default), 1 as recorded, N for N× faster")
     p.add_argument("--n-ctx", type=int, default=4096, help="context length (default 4096)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for llama.cpp (default: half the cores to decode, all of "
+                   "them for the prompt)")
     p.add_argument("--n-gpu-layers", type=int, default=0,
                    help="layers to offload to Metal/CUDA when llama-cpp-python was built for it")
     p.add_argument("--no-record", action="store_true", help="do not record requests")
@@ -58,7 +61,8 @@ def build_service(args: argparse.Namespace) -> Service:
         if pack.gguf is None:
             raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
         engine = LlamaEngine(pack.gguf, n_ctx=args.n_ctx or pack.n_ctx,
-                             n_gpu_layers=args.n_gpu_layers)
+                             n_gpu_layers=args.n_gpu_layers,
+                             n_threads=getattr(args, "threads", None))
     recorder = None
     if not args.no_record:
         recorder = Recorder(args.record_to or default_session_path(),

@@ -2,7 +2,7 @@
 server, on the default model. Prints its figures; not part of the test suite.
 
     python bench/server.py [--runs 5] [--max-tokens 128] [--n-ctx 2048] [--seed 42]
-                           [--same-prompt] [--no-service]
+                           [--same-prompt] [--no-service] [--threads 1]
 
 Variants, each in its own process so peak memory is its own:
   A  raw `Llama.create_completion(stream=True)` in a worker process (no HTTP);
@@ -14,6 +14,9 @@ Variants, each in its own process so peak memory is its own:
   S  Prism's Service + LlamaEngine in a worker process, no HTTP: splits B's cost into what
      the engine, parser, metrics and recorder take and what HTTP + the SDK add.
 
+Every variant gets the same thread count (`--threads`, default 1, for decoding and for the
+prompt): on a small shared machine llama.cpp's multi-threaded prompt batches spin-wait on each
+other while other processes hold a core, and time to first token then swings by seconds.
 Same rendered prompt (a new one each round, so every variant decodes the prompt again), same
 seed, sampling and `max_tokens`; the rounds alternate A, B, C (rotating who goes first) after
 one warm-up each. Per request: time to first token (from the call to the first text) and
@@ -89,7 +92,7 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
 # --- A: the worker process ---------------------------------------------------------------------
 
 
-def worker(mode: str, n_ctx: int, record_to: str) -> None:
+def worker(mode: str, n_ctx: int, record_to: str, threads: int | None) -> None:
     """Reads one JSON request per line on stdin, answers one JSON line of figures.
     mode "raw": Llama.create_completion; mode "service": Prism's Service + LlamaEngine
     in-process (parser, metrics and recorder included, no HTTP)."""
@@ -99,7 +102,8 @@ def worker(mode: str, n_ctx: int, record_to: str) -> None:
     if mode == "raw":
         from llama_cpp import Llama
 
-        llm = Llama(model_path=str(pack.gguf), n_ctx=n_ctx, verbose=False)
+        llm = Llama(model_path=str(pack.gguf), n_ctx=n_ctx, n_threads=threads,
+                    n_threads_batch=threads, verbose=False)
     else:
         from engine.events import CONTENT
         from engine.llama import LlamaEngine
@@ -108,7 +112,7 @@ def worker(mode: str, n_ctx: int, record_to: str) -> None:
         from engine.request import ChatRequest, Message, Sampling
         from engine.service import Service
 
-        engine = LlamaEngine(pack.gguf, n_ctx=n_ctx)
+        engine = LlamaEngine(pack.gguf, n_ctx=n_ctx, n_threads=threads)
         engine.ready.wait()
         service = Service(engine, pack, metrics=Metrics(engine), recorder=Recorder(record_to))
         sampling = dict(SAMPLING)
@@ -138,10 +142,11 @@ class VariantA:
     name = "A raw llama-cpp-python"
     mode = "raw"
 
-    def __init__(self, model: str, n_ctx: int, record_to: Path | None = None) -> None:
+    def __init__(self, model: str, n_ctx: int, threads: int,
+                 record_to: Path | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--worker", self.mode, "--n-ctx", str(n_ctx),
-             "--record-to", str(record_to or os.devnull)],
+             "--threads", str(threads), "--record-to", str(record_to or os.devnull)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert json.loads(self.proc.stdout.readline())["ready"]
 
@@ -165,13 +170,14 @@ class VariantS(VariantA):
 class VariantB:
     name = "B prism serve (HTTP)"
 
-    def __init__(self, model: str, n_ctx: int, record_to: Path) -> None:
+    def __init__(self, model: str, n_ctx: int, threads: int, record_to: Path) -> None:
         import openai
 
         port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app", "serve", "--pack", "smollm2", "--port", str(port),
-             "--n-ctx", str(n_ctx), "--record-to", str(record_to), "--log-level", "warning"],
+             "--n-ctx", str(n_ctx), "--record-to", str(record_to), "--log-level", "warning",
+             *(["--threads", str(threads)] if threads else [])],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_http(f"http://127.0.0.1:{port}/health", self.proc)
         self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
@@ -201,13 +207,14 @@ class VariantB:
 class VariantC:
     name = "C llama_cpp.server"
 
-    def __init__(self, model: str, n_ctx: int) -> None:
+    def __init__(self, model: str, n_ctx: int, threads: int) -> None:
         import openai
 
         port = free_port()
+        t = ["--n_threads", str(threads), "--n_threads_batch", str(threads)] if threads else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", model, "--n_ctx", str(n_ctx),
-             "--port", str(port), "--verbose", "false"],
+             "--port", str(port), "--verbose", "false", *t],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_http(f"http://127.0.0.1:{port}/v1/models", self.proc)
         self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
@@ -243,11 +250,13 @@ def main() -> int:
     ap.add_argument("--no-service", action="store_true",
                     help="skip S (Prism's service in-process, which splits B's cost into "
                     "engine+service and HTTP)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="llama.cpp threads in every variant (default 1; 0: library defaults)")
     ap.add_argument("--worker", choices=("raw", "service"), help=argparse.SUPPRESS)
     ap.add_argument("--record-to", default=os.devnull, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker, args.n_ctx, args.record_to)
+        worker(args.worker, args.n_ctx, args.record_to, args.threads or None)
         return 0
 
     from engine.packs import resolve_pack
@@ -255,15 +264,17 @@ def main() -> int:
     pack = resolve_pack("smollm2")
     model = str(pack.gguf)
     print(f"model {Path(model).name}, max_tokens {args.max_tokens}, n_ctx {args.n_ctx}, "
-          f"seed {args.seed}, {args.runs} rounds, {os.cpu_count()} CPUs", flush=True)
+          f"seed {args.seed}, {args.runs} rounds, threads {args.threads or 'default'}, "
+          f"{os.cpu_count()} CPUs", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="prism-bench-"))
-    variants = [VariantA(model, args.n_ctx), VariantB(model, args.n_ctx, tmp / "b.jsonl")]
+    t = args.threads
+    variants = [VariantA(model, args.n_ctx, t), VariantB(model, args.n_ctx, t, tmp / "b.jsonl")]
     if not args.no_service:
-        variants.append(VariantS(model, args.n_ctx, tmp / "s.jsonl"))
+        variants.append(VariantS(model, args.n_ctx, t, tmp / "s.jsonl"))
     try:
         import llama_cpp.server.app  # noqa: F401  (its extras are installed)
 
-        variants.append(VariantC(model, args.n_ctx))
+        variants.append(VariantC(model, args.n_ctx, t))
     except ImportError as e:
         print(f"C skipped: llama_cpp.server needs its extras ({e})")
     results: dict[str, dict[str, list[float]]] = {v.name: {"tps": [], "ttft": [], "n": []}
