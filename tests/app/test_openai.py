@@ -277,3 +277,20 @@ def test_open_webui_empty_tools_parts_and_replayed_reasoning(serve):
     assert live.last.request.tools == ()
     assert live.last.request.messages[1].reasoning_content == "The user greets me."
     assert live.last.request.messages[0].content == "Hi"
+
+
+def test_a_call_that_fails_after_it_began_streaming_is_text_with_finish_stop(serve):
+    """The parser names a call before its body is read; when the body then turns out
+    malformed, the call comes back as text. A stream has already sent the call's first
+    fragment, so clients must go by finish_reason, which stays "stop" (no call completed)."""
+    text = "Plan.\n</think>\n\n<tool_call>\n<function=get_weather>\nsome prose\n</tool_call> ok"
+    live = serve(text)
+    client = live.openai()
+    resp = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+    streamed = collect(client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
+                                                      stream=True))
+    raw_call = text[text.index("<tool_call>"):]
+    assert resp.choices[0].message.content == streamed["content"] == raw_call
+    assert resp.choices[0].message.tool_calls is None
+    assert resp.choices[0].finish_reason == streamed["finish"] == "stop"
+    assert live.last.result.anomalies["malformed_call"] == 1
