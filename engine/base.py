@@ -59,6 +59,7 @@ class Job:
 
     prompt: str
     max_tokens: int | None = None
+    prompt_ids: tuple[int, ...] = ()  # the prompt's tokens when the caller has them
     temperature: float = 0.8
     top_p: float = 0.95
     top_k: int = 40

@@ -157,7 +157,15 @@ def _load_vocab(path: Path) -> Any:
 def _tokenize(model: Any, text: str) -> list[int]:
     """Prompt tokens: special tokens parsed, BOS added once if the model wants one (chat
     templates often write it themselves)."""
-    ids = model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    import llama_cpp
+
+    data = text.encode("utf-8")
+    # llama-cpp-python's LlamaModel.tokenize allocates n_ctx_train ints per call (~0.75 ms on
+    # the request path); a token covers at least one byte, so len(data) + 1 always suffices.
+    cap = len(data) + 1
+    buf = (llama_cpp.llama_token * cap)()
+    n = llama_cpp.llama_tokenize(model.vocab, data, len(data), buf, cap, False, True)
+    ids = buf[:n] if n >= 0 else model.tokenize(data, add_bos=False, special=True)
     bos = model.token_bos()
     if model.add_bos_token() and bos >= 0 and (not ids or ids[0] != bos):
         ids.insert(0, bos)
@@ -407,7 +415,8 @@ class LlamaEngine(QueuedEngine):
         import llama_cpp
 
         model = llm._model
-        prompt = _tokenize(model, job.prompt)
+        # The service tokenized the prompt already (to check the context): reuse its ids.
+        prompt = list(job.prompt_ids) if job.prompt_ids else _tokenize(model, job.prompt)
         n_prompt = len(prompt)
         if n_prompt >= self.n_ctx:
             self._finish(

@@ -194,7 +194,8 @@ class Service:
         """Render and queue a request; raises TemplateError or ContextOverflow (before any
         work is queued, so the caller can answer with a clean error)."""
         prompt = self.render(request)
-        n_prompt = len(self.engine.tokenize(prompt))
+        ids = self.engine.tokenize(prompt)
+        n_prompt = len(ids)
         n_ctx = self.engine.n_ctx
         if n_prompt >= n_ctx or (request.max_tokens and n_prompt + request.max_tokens > n_ctx):
             raise ContextOverflow(n_ctx, n_prompt, request.max_tokens)
@@ -202,8 +203,9 @@ class Service:
         s = request.sampling
         max_tokens = request.max_tokens or max(1, n_ctx - n_prompt)
         job = Job(
-            prompt=prompt, max_tokens=max_tokens, temperature=s.temperature, top_p=s.top_p,
-            top_k=s.top_k, min_p=s.min_p, repeat_penalty=s.repeat_penalty, seed=s.seed,
+            prompt=prompt, prompt_ids=tuple(ids), max_tokens=max_tokens,
+            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
+            repeat_penalty=s.repeat_penalty, seed=s.seed,
             stop=request.stop, grammar=request.grammar, top_logprobs=request.top_logprobs,
             submitted_at=time.perf_counter(),
         )
