@@ -49,6 +49,7 @@ class Finish:
     reason: str
     timings: Timings
     error: str | None = None
+    stop_sequence: str | None = None  # the stop string that ended the job, if one did
 
 
 @dataclass(eq=False)

@@ -74,6 +74,7 @@ class StopGate:
     def __init__(self, stops: Sequence[str] = ()):
         self.stops = tuple(s for s in stops if s)
         self.stopped = False
+        self.hit: str | None = None  # the stop string that stopped it
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._pending: list[list[Any]] = []  # [id, text, t, top] not yet released
         self._text = ""  # concatenated text of _pending
@@ -83,10 +84,11 @@ class StopGate:
         self._pending.append([tok_id, text, t, top])
         self._text += text
         # A stop string can only begin inside pending text: whatever could start one was held.
-        hits = [p for p in (self._text.find(s) for s in self.stops) if p >= 0]
+        hits = [(p, s) for s in self.stops if (p := self._text.find(s)) >= 0]
         if hits:
             self.stopped = True
-            return self._release_all(cut=min(hits))
+            cut, self.hit = min(hits)
+            return self._release_all(cut=cut)
         if self._decoder.getstate()[0]:
             return []  # half a character waiting for its next bytes
         return self._release_upto(len(self._text) - self._hold())
@@ -294,9 +296,12 @@ class QueuedEngine:
     def _serve(self, job: Job) -> None:
         raise NotImplementedError
 
-    def _finish(self, job: Job, reason: str, timings: Timings, error: str | None = None) -> None:
+    def _finish(
+        self, job: Job, reason: str, timings: Timings, error: str | None = None,
+        stop_sequence: str | None = None,
+    ) -> None:
         self._finished = True
-        job.on_finish(Finish(reason, timings, error))
+        job.on_finish(Finish(reason, timings, error, stop_sequence))
 
     def _run(self) -> None:
         try:
@@ -483,4 +488,5 @@ class LlamaEngine(QueuedEngine):
                 cached_tokens=max(0, n_prompt - evaluated),
                 output_tokens=n_out,
             ),
+            stop_sequence=gate.hit,
         )

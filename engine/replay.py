@@ -194,4 +194,5 @@ class ReplayEngine(QueuedEngine):
                 output_tokens=n_out,
             ),
             error,
+            stop_sequence=gate.hit,
         )

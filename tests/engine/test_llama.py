@@ -311,3 +311,13 @@ def test_a_failed_load_is_reported_and_every_job_errors() -> None:
     fin = c.wait(5)
     assert fin.reason == "error" and fin.error == eng.load_error
     eng.close()
+
+
+def test_stop_gate_names_the_stop_string_that_hit():
+    gate = StopGate(["END", "##"])
+    out = []
+    for i, piece in enumerate(["abc", "d#", "#x", "END"]):
+        out += gate.push(i, piece.encode(), 0.0)
+        if gate.stopped:
+            break
+    assert gate.hit == "##" and "".join(t.text for t in out) == "abcd"
