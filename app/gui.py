@@ -152,6 +152,7 @@ class Inspector:
     # -- life ------------------------------------------------------------------------------
 
     async def close(self) -> None:
+        self._status.stop()
         await self.stop_server()
         self.feed.close()
         self.service.engine.close()
@@ -194,7 +195,30 @@ async def main(inspector: Inspector, args: argparse.Namespace) -> int:
         window.timer.stop()
         await inspector.close()
         window.close()
+        # Deleted now, in order, rather than by the collector at exit (pyqtgraph's scene
+        # must go before the interpreter does).
+        window.deleteLater()
+        await asyncio.sleep(0)
     return 0
+
+
+def check_qt_bindings() -> str | None:
+    """PySide6 6.12.0 on Python 3.11 returns None from every void call without a reference
+    (harmless where None is immortal, 3.12+); a window makes millions of such calls and dies
+    with "deallocating None". Measured, not guessed from version numbers."""
+    from PySide6.QtCore import QObject
+
+    probe = QObject()
+    before = sys.getrefcount(None)
+    for _ in range(50):
+        probe.setObjectName("probe")
+    if sys.getrefcount(None) < before - 25:
+        import PySide6
+
+        return (f"PySide6 {PySide6.__version__} on Python {sys.version.split()[0]} leaks "
+                "references to None on every call; the window will crash after a while. "
+                "Install 'PySide6-Essentials<6.12' (or use Python 3.12+).")
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -206,6 +230,9 @@ def run(args: argparse.Namespace) -> int:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Prism")
+    problem = check_qt_bindings()
+    if problem:
+        log.warning("[prism] %s", problem)
     apply_dark_palette(app)
     service = build_service(args)
     # Loopback only: the window has no API key option (`prism serve` is for anything else).

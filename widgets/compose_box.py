@@ -1,7 +1,8 @@
 """The compose box: send a chat to the same engine the server uses, streamed into the panes.
 
 Owns `ComposeBox`: system prompt, message, tools (OpenAI JSON), thinking (pack default, on,
-off), temperature, max tokens; Send and Stop. It builds an `engine.request.ChatRequest` (client
+off), sampling (temperature, top_p, seed), max tokens and top-k alternatives to record; Send and
+Stop. It builds an `engine.request.ChatRequest` (client
 "gui") and hands it to a `submit` callable given by the app (which calls `Service.submit` and
 returns the run); the request then appears in the list like any other and its tokens arrive
 through the same queue. Errors (bad tools JSON, context overflow, template errors) are shown
@@ -58,9 +59,22 @@ class ComposeBox(QWidget):
         self.temperature.setRange(0.0, 2.0)
         self.temperature.setSingleStep(0.1)
         self.temperature.setValue(0.7)
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.0, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setValue(0.95)
+        self.seed = QSpinBox()
+        self.seed.setRange(-1, 2**31 - 1)
+        self.seed.setValue(-1)
+        self.seed.setSpecialValueText("random")
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(1, 32768)
         self.max_tokens.setValue(256)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 20)
+        self.top_k.setSpecialValueText("off")
+        self.top_k.setToolTip("Record each token's top-k alternatives (shown in the token "
+                              "strip; costs about 2% of decode speed)")
         self.send_btn = QPushButton("Send")
         self.send_btn.setDefault(True)
         self.stop_btn = QPushButton("Stop")
@@ -73,7 +87,8 @@ class ComposeBox(QWidget):
         form.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
         for label, w in (("thinking", self.thinking), ("temperature", self.temperature),
-                         ("max tokens", self.max_tokens)):
+                         ("top_p", self.top_p), ("seed", self.seed),
+                         ("max tokens", self.max_tokens), ("top-k", self.top_k)):
             row.addWidget(QLabel(label))
             row.addWidget(w)
         row.addStretch(1)
@@ -108,8 +123,10 @@ class ComposeBox(QWidget):
         return ChatRequest(
             messages=tuple(messages),
             tools=tools,
-            sampling=Sampling(temperature=self.temperature.value()),
+            sampling=Sampling(temperature=self.temperature.value(), top_p=self.top_p.value(),
+                              seed=None if self.seed.value() < 0 else self.seed.value()),
             max_tokens=self.max_tokens.value(),
+            top_logprobs=self.top_k.value(),
             thinking=self.thinking.currentData(),
             dialect="gui",
             model="",

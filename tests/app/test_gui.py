@@ -71,20 +71,25 @@ async def until(predicate, timeout: float = 10.0) -> None:
 
 @pytest.fixture
 def qloop(qapp):
+    """qasync's loop over the test's QApplication. At the end, pending callbacks (closing
+    transports) run before the loop closes, so no socket notifier outlives it."""
     import qasync
 
     loop = qasync.QEventLoop(qapp)
     asyncio.set_event_loop(loop)
     yield loop
+    loop.run_until_complete(asyncio.sleep(0.05))
     loop.close()
     asyncio.set_event_loop(None)
+    qapp.processEvents()
 
 
-def test_request_list_follows_server_traffic(qloop, tmp_path):
+def test_request_list_follows_server_traffic(qloop, qtbot, tmp_path):
     from app.gui import Inspector
 
     inspector = Inspector(replay_service(tmp_path), port=0)
     window, log = inspector.window, inspector.window.log
+    qtbot.addWidget(window)  # deleted at teardown, not whenever the collector gets to it
     window.show()
     body = {"model": "anything", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -143,7 +148,12 @@ def test_request_list_follows_server_traffic(qloop, tmp_path):
         assert not window.server_action.isChecked()
         await inspector.close()
 
-    try:
-        qloop.run_until_complete(scenario())
-    finally:
-        window.close()
+    qloop.run_until_complete(scenario())
+
+
+def test_the_qt_bindings_keep_none_alive(qapp):
+    """PySide6 6.12.0 on Python 3.11 drops a reference to None on each void call (the window
+    then dies with "deallocating None"); the installed bindings must not."""
+    from app.gui import check_qt_bindings
+
+    assert check_qt_bindings() is None

@@ -76,6 +76,8 @@ def test_compose_runs_a_real_request_on_the_default_model(qtbot):
         box = win.compose
         box.max_tokens.setValue(8)
         box.temperature.setValue(0.0)
+        box.seed.setValue(7)
+        box.top_k.setValue(3)
         run = box.send()
         assert run is not None, box.status.text()
         qtbot.waitUntil(lambda: win.log.current is not None
@@ -86,6 +88,10 @@ def test_compose_runs_a_real_request_on_the_default_model(qtbot):
         assert win.channels.text("content").strip()
         assert win.raw.text() == track.raw and win.raw.strip._n == len(track.tokens)
         assert track.model == engine.name and track.prompt_tokens > 0
+        assert run.request.sampling.seed == 7 and run.request.top_logprobs == 3
+        # The engine recorded alternatives: the token strip shows each token's probability.
+        assert all(len(t.top) == 3 for t in track.tokens)
+        assert "p = " in win.raw.strip._tip(0)
         feed.close()
     finally:
         engine.close()

@@ -118,3 +118,16 @@ def test_a_bad_file_is_reported_not_raised(window, tmp_path):
     assert not window.open_recording(bad)
     assert "Cannot open" in window.message.text()
     assert not window.open_recording(tmp_path / "missing.jsonl")
+
+
+def test_dropping_a_file_opens_it(window):
+    from PySide6.QtCore import QMimeData, QPointF, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(DEMO))])
+    event = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime,
+                       Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    window.dropEvent(event)
+    assert len(window.playback.items) == 3 and window.playback.playing
+    assert window.message.text() == "Opened demo.jsonl: 3 request(s)"
