@@ -179,13 +179,7 @@ async def messages(request: Request):
     model = model_name(state, body.model)
     if body.stream:
         return sse_response(run, stream_events(run, model), error_event)
-    try:
-        await runs.wait(request, run)
-    except runs.ClientGone:
-        return JSONResponse({}, status_code=499)
-    err = runs.run_error(run)
-    if err is not None:
-        raise err
+    await runs.finished(request, run)
     reason, seq = stop_reason(run)
     return JSONResponse({
         "id": f"msg_{run.id}",

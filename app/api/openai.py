@@ -206,13 +206,7 @@ async def chat_completions(request: Request):
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse_response(run, stream_chunks(state, run, model, include_usage), error_event)
-    try:
-        await runs.wait(request, run)
-    except runs.ClientGone:
-        return JSONResponse({}, status_code=499)
-    err = runs.run_error(run)
-    if err is not None:
-        raise err
+    await runs.finished(request, run)
     return JSONResponse(completion(state, run, model))
 
 

@@ -290,13 +290,7 @@ async def responses(request: Request):
     if body.stream:
         return sse_response(run, Stream(run, body, model, schema).events(),
                             lambda err: error_event(err, 0))
-    try:
-        await runs.wait(request, run)
-    except runs.ClientGone:
-        return JSONResponse({}, status_code=499)
-    err = runs.run_error(run)
-    if err is not None:
-        raise err
+    await runs.finished(request, run)
     blocks = blocks_of(run.events)
     status, extra = outcome(run, blocks, schema)
     return JSONResponse(response_json(run, body, model, status,

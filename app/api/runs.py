@@ -84,6 +84,16 @@ async def wait(request: Request, run: Run) -> Run:
     return run
 
 
+async def finished(request: Request, run: Run) -> Run:
+    """Wait for a non-streamed run to end. Raises ClientGone if the client left (the server
+    answers 499 to nobody) and the run's own APIError if it did not end normally."""
+    await wait(request, run)
+    err = run_error(run)
+    if err is not None:
+        raise err
+    return run
+
+
 def run_error(run: Run) -> APIError | None:
     """The error a finished run stands for, if it did not end normally."""
     fin = run.finish
