@@ -160,7 +160,9 @@ class Track:
         self.raw  # noqa: B018 - nothing to keep; reading settles the join before dropping it
         self.tokens, self.events, self.prompt = [], [], ""
         self._raw, self._raw_n = "", 0
-        self.request = None
+        # The result holds the whole reasoning and content again: the row needs only the
+        # finish reason and the anomaly counts, which are kept apart.
+        self.request = self.result = self.recorded_result = None
         self.released = True
         self.generation += 1
         self.version += 1
