@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench clean screenshot
+.PHONY: run test lint bench bench-server bench-gui clean screenshot
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,17 @@ lint: $(DEVSTAMP)
 
 bench: $(DEVSTAMP)
 	$(BIN)/python bench/parser.py
+
+bench-server: $(DEVSTAMP)
+	$(BIN)/python bench/server.py
+
+bench-gui: $(DEVSTAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/gui.py
+
+# The README's screenshot, from the bundled demo recording, without a display.
+screenshot: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/prism --replay resources/sessions/demo.jsonl --no-server \
+		--no-record --screenshot docs/screenshot.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info
