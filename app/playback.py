@@ -88,8 +88,10 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
     items = []
     for req in session.requests:
         body = req.request or {}
-        # The recording's "dialect" is the parser's when it names one; else the pack's.
-        dialect = req.dialect if req.dialect in dialects.NAMES else pack_dialect
+        # The parser's dialect as recorded; older files only name the API dialect (or, in
+        # early ones, the parser's), so fall back to the header's pack.
+        dialect = next((d for d in (req.parser_dialect, req.dialect) if d in dialects.NAMES),
+                       pack_dialect)
         track = Track(
             id=req.id,
             source=str(body.get("dialect") or "replay"),

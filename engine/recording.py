@@ -60,10 +60,11 @@ class RecordedRequest:
     finish: str | None = None  # None: the file ends before this request finished
     timings: Timings | None = None
     result: dict | None = None
-    dialect: str = ""
+    dialect: str = ""  # the API dialect the request came in (openai, anthropic, gui, ...)
     stream_tools: bool = True
     tools: tuple[dict, ...] = ()
     t: float = 0.0
+    parser_dialect: str = ""  # the tool-call dialect it was parsed with ("" in older files)
     error: str | None = None
 
     @property
@@ -172,6 +173,7 @@ class Recorder:
         stream_tools: bool = True,
         tools: tuple[dict, ...] | list[dict] = (),
         t0: float | None = None,
+        parser_dialect: str = "",
     ) -> None:
         t0 = time.perf_counter() if t0 is None else t0
         with self._lock:
@@ -185,6 +187,7 @@ class Recorder:
                 "prompt": prompt,
                 "start_state": start_state,
                 "dialect": dialect,
+                "parser_dialect": parser_dialect,
                 "stream_tools": stream_tools,
                 "tools": list(tools),
             }
@@ -254,6 +257,7 @@ class _Builder:
                 "prompt": str(rec["prompt"]),
                 "start_state": str(rec.get("start_state", "content")),
                 "dialect": str(rec.get("dialect", "")),
+                "parser_dialect": str(rec.get("parser_dialect", "")),
                 "stream_tools": bool(rec.get("stream_tools", True)),
                 "tools": tuple(rec.get("tools") or ()),
                 "t": float(rec.get("t", 0.0)),

@@ -218,6 +218,7 @@ class Service:
             self.recorder.request(
                 run.id, request, prompt, start_state=run.start_state, dialect=request.dialect,
                 stream_tools=request.stream_tools, tools=request.tools, t0=job.submitted_at,
+                parser_dialect=self.pack.dialect,
             )
         self._notify(RunUpdate(run, "start"))
         self.engine.submit(job)

@@ -103,6 +103,8 @@ def test_replay_of_a_recording_reproduces_the_events(replay_service, tmp_path):
     replay_service.recorder.close()
     session = read_session(replay_service.recorder.path)
     assert len(session.requests) == 1
+    assert session.requests[0].parser_dialect == "qwen-xml"
+    assert session.requests[0].dialect == "openai"
     engine = ReplayEngine([replay_service.recorder.path])
     svc = Service(engine, resolve_pack("qwen3-xml", require_model=False))
     again = svc.submit(ask())
