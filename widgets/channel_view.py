@@ -31,6 +31,7 @@ from engine.events import (
 )
 from widgets.text_pane import TextPane
 from widgets.theme import ANOMALY_MARKS, ANOMALY_TIPS, COLOURS, MUTED, formats
+from widgets.track_follower import TrackFollower
 
 PANES = ("reasoning", "content", "call")
 TITLES = {"reasoning": "Reasoning", "content": "Content", "call": "Tool calls"}
@@ -46,7 +47,7 @@ def anomaly_format(kind: str, detail: str = "", strike: bool = False) -> QTextCh
     return f
 
 
-class ChannelPanes(QWidget):
+class ChannelPanes(TrackFollower, QWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.panes: dict[str, TextPane] = {}
@@ -73,33 +74,21 @@ class ChannelPanes(QWidget):
 
     def _reset_state(self) -> None:
         self._n = 0  # events drawn
-        self._gen = -1
         self._args_start: dict[int, int] = {}  # call index -> where its arguments begin
         self._flag_next: str | None = None  # an anomaly that concerns the next text event
         self._counts = dict.fromkeys(PANES, 0)
 
-    # -- public ----------------------------------------------------------------------------
+    # -- following a track (TrackFollower hooks) -------------------------------------------
 
-    def show_track(self, track) -> None:
-        """Draw a track from scratch (selection changed, or its events restarted)."""
-        self.track = track
+    def _reset(self) -> None:
         self._reset_state()
         for pane in self.panes.values():
             pane.clear_all()
-        if track is not None:
-            self._gen = track.generation
-            self.sync()
-        else:
+        if self.track is None:
             self._update_titles()
 
-    def sync(self) -> None:
+    def _draw_new(self, track) -> None:
         """Draw what arrived since the last call, and the current held tail."""
-        track = self.track
-        if track is None:
-            return
-        if track.generation != self._gen:
-            self.show_track(track)
-            return
         panes = self.panes.values()
         for pane in panes:
             pane.begin()
@@ -118,6 +107,8 @@ class ChannelPanes(QWidget):
             for pane in panes:
                 pane.end_batch()
         self._update_titles()
+
+    # -- public ----------------------------------------------------------------------------
 
     def text(self, pane: str) -> str:
         """A pane's decided text (without the held tail): what the tests compare."""

@@ -20,6 +20,7 @@ from engine.events import ANOMALY, CONTENT, MARKUP, REASONING, TOOL_CALL, TOOL_S
 from widgets.channel_view import anomaly_format
 from widgets.text_pane import TextPane
 from widgets.theme import MUTED, TEXT, formats
+from widgets.track_follower import TrackFollower
 
 _KIND_STATE = {REASONING: "reasoning", CONTENT: "content", MARKUP: "markup"}
 # Token shades: (even, odd) backgrounds, then by probability when top-k is known.
@@ -33,7 +34,7 @@ _PROB_SHADES = (  # p < .1, < .3, < .6, < .9, >= .9 : red to green, two tones ea
 )
 
 
-class RawView(QWidget):
+class RawView(TrackFollower, QWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.raw = TextPane(mono=True)
@@ -65,26 +66,15 @@ class RawView(QWidget):
 
     def _reset_state(self) -> None:
         self._n = 0
-        self._gen = -1
         self._call_start: dict[int, int] = {}
         self._flag_next: str | None = None
 
-    def show_track(self, track) -> None:
-        self.track = track
+    def _reset(self) -> None:
         self._reset_state()
         self.raw.clear_all()
-        self.strip.show_track(track)
-        if track is not None:
-            self._gen = track.generation
-            self.sync()
+        self.strip.show_track(self.track)
 
-    def sync(self) -> None:
-        track = self.track
-        if track is None:
-            return
-        if track.generation != self._gen:
-            self.show_track(track)
-            return
+    def _draw_new(self, track) -> None:
         pane = self.raw
         pane.begin()
         try:
@@ -134,7 +124,7 @@ class RawView(QWidget):
             self._flag_next = None
 
 
-class TokenStrip(TextPane):
+class TokenStrip(TrackFollower, TextPane):
     """One shaded box per token. Tooltips come from a position lookup, not per-token formats,
     so ten thousand tokens cost ten thousand integers."""
 
@@ -144,28 +134,17 @@ class TokenStrip(TextPane):
         self.show_ids = False
         self.track = None
         self._n = 0
-        self._gen = -1
         self._ends: list[int] = []
 
     def set_show_ids(self, on: bool) -> None:
         self.show_ids = on
         self.show_track(self.track)
 
-    def show_track(self, track) -> None:
-        self.track = track
+    def _reset(self) -> None:
         self.clear_all()
         self._n, self._ends = 0, []
-        if track is not None:
-            self._gen = track.generation
-            self.sync()
 
-    def sync(self) -> None:
-        track = self.track
-        if track is None:
-            return
-        if track.generation != self._gen:
-            self.show_track(track)
-            return
+    def _draw_new(self, track) -> None:
         toks = track.tokens
         if self._n >= len(toks):
             return

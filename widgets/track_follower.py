@@ -1,0 +1,42 @@
+"""Following one track across frames: the show-from-scratch / draw-what-is-new split.
+
+Owns `TrackFollower`, a mixin for the views that render a track incrementally. `show_track`
+remembers the track and its `generation`, calls the view's `_reset()` hook, then `sync()`s;
+`sync` redraws from scratch when the track's events restarted (its generation moved on), and
+otherwise calls the view's `_draw_new(track)` hook to draw only what arrived since the last
+frame. GUI thread only; reads tracks, never writes them.
+"""
+
+from __future__ import annotations
+
+
+class TrackFollower:
+    """Mixin: subclasses implement `_reset()` (forget what was drawn) and `_draw_new(track)`."""
+
+    track = None  # the track being shown, or None
+    _gen = -1  # the track's generation when it was last drawn from scratch
+
+    def show_track(self, track) -> None:
+        """Draw a track from scratch (selection changed, or its events restarted)."""
+        self.track = track
+        self._gen = -1
+        self._reset()
+        if track is not None:
+            self._gen = track.generation
+            self.sync()
+
+    def sync(self) -> None:
+        """Draw what arrived since the last call; start over if the track restarted."""
+        track = self.track
+        if track is None:
+            return
+        if track.generation != self._gen:
+            self.show_track(track)
+            return
+        self._draw_new(track)
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+    def _draw_new(self, track) -> None:
+        raise NotImplementedError
