@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.events import merge, result_of
@@ -34,11 +34,9 @@ options = st.fixed_dictionaries({
     "tools": st.sampled_from([(), TOOLS]),
 })
 
-SETTINGS = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+# Example counts and CI derandomization come from the profiles in tests/conftest.py.
 
 
-@SETTINGS
 @given(text=texts, chunks=chunkings, opts=options, stream=st.booleans())
 def test_chunking_never_changes_events(text, chunks, opts, stream):
     whole = run(text, stream_tools=stream, **opts)
@@ -50,7 +48,6 @@ def test_chunking_never_changes_events(text, chunks, opts, stream):
     assert merge(pieces) == merge(whole) == merge(ones)
 
 
-@SETTINGS
 @given(text=texts, opts=options)
 def test_stream_tools_never_changes_the_result(text, opts):
     a = result_of(run(text, stream_tools=False, **opts))
@@ -61,7 +58,6 @@ def test_stream_tools_never_changes_the_result(text, opts):
         json.dumps(call.arguments)
 
 
-@SETTINGS
 @given(text=texts, chunks=chunkings, opts=options)
 def test_streamed_arguments_join_to_final_arguments(text, chunks, opts):
     events = run(text, chunks, stream_tools=True, **opts)
@@ -71,7 +67,6 @@ def test_streamed_arguments_join_to_final_arguments(text, chunks, opts):
             assert "".join(frags) == json.dumps(ev.call.arguments)
 
 
-@SETTINGS
 @given(text=st.text(max_size=200), chunks=chunkings)
 def test_arbitrary_text_is_accounted_for(text, chunks):
     for start in ("reasoning", "content"):

@@ -1,0 +1,22 @@
+"""Suite-wide test settings: hypothesis profiles.
+
+`prism` (the default here): 300 examples a property, no deadline (2 shared cores). Under CI
+(the `CI` environment variable) the same, derandomized, so a submission's run explores the same
+examples every time and cannot fail on a fresh random draw. `HYPOTHESIS_PROFILE=deep` draws
+4,000 examples a property, for hunting.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_base = {"max_examples": 300, "deadline": None,
+         "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("prism", **_base)
+settings.register_profile("ci", derandomize=True, database=None, **_base)
+settings.register_profile("deep", **{**_base, "max_examples": 4000})
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "prism")
+)
