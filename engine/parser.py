@@ -125,10 +125,6 @@ class OutputParser:
             return raw[self._emitted - self._call_start :]
         return self._buf[self._e :]
 
-    @property
-    def position(self) -> int:
-        return self._total
-
     def feed(self, text: str) -> list[Event]:
         # Fast path: plain text and nothing held, the common per-token case. `_plain` is
         # recomputed after every slow feed; plain text cannot change any of its conditions.
