@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-server bench-gui clean screenshot
+.PHONY: run test lint bench bench-server bench-gui clean screenshot package
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,11 @@ bench-gui: $(DEVSTAMP)
 screenshot: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/prism --replay resources/sessions/demo.jsonl --no-server \
 		--no-record --screenshot docs/screenshot.png
+
+# A one-folder desktop build in dist/prism (model, templates and Qt included, about 380 MB).
+package: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[package]"
+	$(BIN)/pyinstaller packaging/prism.spec --noconfirm
 
 clean:
 	rm -rf $(VENV) build *.egg-info
