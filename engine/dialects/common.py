@@ -26,16 +26,32 @@ def match_literal(text: str, i: int, lit: str) -> int:
     return NONE
 
 
-def skip_ws(text: str, i: int, limit: int = MAX_GAP) -> int:
-    """Index of the first non-whitespace character at or after i (at most `limit` skipped);
-    returns -1 when more than `limit` whitespace characters follow."""
+def skip_ws(text: str, i: int, limit: int | None = MAX_GAP) -> int:
+    """Index of the first non-whitespace character at or after i (at most `limit` skipped,
+    None for no bound); returns -1 when more than `limit` whitespace characters follow."""
     n = len(text)
     j = i
     while j < n and text[j] in WS:
         j += 1
-        if j - i > limit:
+        if limit is not None and j - i > limit:
             return -1
     return j
+
+
+class CallBody:
+    """What the parser reads of every dialect's `CallParser` (the shared half of the contract
+    described in engine/dialects/__init__.py): the streamed items and the outcome."""
+
+    def __init__(self, schemas: dict, stream: bool) -> None:
+        self.schemas = schemas
+        self.stream = stream
+        self.out: list[tuple[str, str, int]] = []  # ("start"|"args", text, relative end)
+        self.done = False
+        self.end = 0  # relative offset just past the call once done
+        self.error: str | None = None  # "unfinished", or why the body is malformed
+        self.resume: int | None = None  # where the channel's text resumes after an error
+        self.name: str | None = None
+        self.arguments: dict = {}
 
 
 def escape_fragment(s: str) -> str:

@@ -19,7 +19,15 @@ from __future__ import annotations
 
 import json
 
-from engine.dialects.common import FULL, MAX_GAP, NONE, PREFIX, WS, match_literal
+from engine.dialects.common import (
+    FULL,
+    NONE,
+    PREFIX,
+    WS,
+    CallBody,
+    match_literal,
+    skip_ws,
+)
 
 NAME = "hermes-json"
 _END_CALL = "</tool_call>"
@@ -34,25 +42,13 @@ def match_opener(text: str, i: int) -> int:
         return PREFIX
     if text[i] != "{":
         return NONE
-    j = i + 1
-    while j < n and text[j] in WS:
-        j += 1
-        if j - i > MAX_GAP:
-            return NONE
-    return match_literal(text, j, '"name"')
+    j = skip_ws(text, i + 1)
+    return NONE if j < 0 else match_literal(text, j, '"name"')
 
 
-class CallParser:
+class CallParser(CallBody):
     def __init__(self, schemas: dict, stream: bool) -> None:
-        self.schemas = schemas
-        self.stream = stream
-        self.out: list[tuple[str, str, int]] = []
-        self.done = False
-        self.end = 0
-        self.error: str | None = None
-        self.resume: int | None = None  # where the channel's text resumes after an error
-        self.name: str | None = None
-        self.arguments: dict = {}
+        super().__init__(schemas, stream)
         self._raw: list[str] = []  # the JSON object's raw text
         self._pos = 0  # relative offset of the next character to read
         self._phase = 0  # 0 before the object, 1 inside it, 2 after it

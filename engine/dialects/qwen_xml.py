@@ -23,11 +23,12 @@ from engine.dialects.common import (
     FULL,
     NONE,
     PREFIX,
-    WS,
+    CallBody,
     escape_fragment,
     is_string_schema,
     match_literal,
     param_schema,
+    skip_ws,
 )
 
 NAME = "qwen-xml"
@@ -45,24 +46,9 @@ def match_opener(text: str, i: int) -> int:
     return match_literal(text, i, OPENER)
 
 
-def _after_ws(text: str, i: int) -> int:
-    n = len(text)
-    while i < n and text[i] in WS:
-        i += 1
-    return i
-
-
-class CallParser:
+class CallParser(CallBody):
     def __init__(self, schemas: dict, stream: bool) -> None:
-        self.schemas = schemas
-        self.stream = stream
-        self.out: list[tuple[str, str, int]] = []
-        self.done = False
-        self.end = 0  # relative offset just past the call once done
-        self.error: str | None = None
-        self.resume: int | None = None
-        self.name: str | None = None
-        self.arguments: dict = {}
+        super().__init__(schemas, stream)
         self._buf = ""
         self._pos = 0  # relative offset of _buf[0]
         self._st = _PRE
@@ -107,7 +93,7 @@ class CallParser:
             b = self._buf
             st = self._st
             if st in (_PRE, _BETWEEN, _AFTER):
-                j = _after_ws(b, 0)
+                j = skip_ws(b, 0, None)
                 if j:
                     self._eat(j)
                     b = self._buf
@@ -232,7 +218,7 @@ class CallParser:
         tell yet) or None (value text)."""
         m = match_literal(b, lt, _END_PARAM)
         if m == FULL:
-            j = _after_ws(b, lt + len(_END_PARAM))
+            j = skip_ws(b, lt + len(_END_PARAM), None)
             if j == len(b):
                 return _END_PARAM if eof else PREFIX
             a = match_literal(b, j, _PARAM)
@@ -246,7 +232,7 @@ class CallParser:
             return None if eof else PREFIX
         m = match_literal(b, lt, _END_FUNC)
         if m == FULL:  # recovery of a missing </parameter>
-            j = _after_ws(b, lt + len(_END_FUNC))
+            j = skip_ws(b, lt + len(_END_FUNC), None)
             if j == len(b):
                 return _END_FUNC if eof else PREFIX
             c = match_literal(b, j, _END_CALL)
