@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from engine.base import Finish, Job, Timings, Token
+from engine.grammar import check as check_grammar
 
 log = logging.getLogger("prism")
 
@@ -187,20 +188,6 @@ def _piece(model: Any, tok: int) -> bytes:
         buf = ctypes.create_string_buffer(-n)
         n = llama_cpp.llama_token_to_piece(model.vocab, tok, buf, -n, 0, False)
     return buf.raw[:n]
-
-
-def _check_grammar(model: Any, text: str) -> Any:
-    """Parse GBNF now: llama-cpp-python would hand a NULL sampler to llama.cpp on a bad
-    grammar and crash the process."""
-    import llama_cpp
-    from llama_cpp import LlamaGrammar
-
-    grammar = LlamaGrammar.from_string(text, verbose=False)
-    sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, text.encode(), b"root")
-    if not sampler:
-        raise ValueError("invalid GBNF grammar (llama.cpp could not parse it)")
-    llama_cpp.llama_sampler_free(sampler)
-    return grammar
 
 
 def top_logprobs(llm: Any, model: Any, k: int) -> tuple[tuple[str, float], ...]:
@@ -431,7 +418,7 @@ class LlamaEngine(QueuedEngine):
                 f"prompt is {n_prompt} tokens; the context holds {self.n_ctx}",
             )
             return
-        grammar = _check_grammar(model, job.grammar) if job.grammar else None
+        grammar = check_grammar(model, job.grammar) if job.grammar else None
         llm.set_seed(job.seed if job.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
         gate = StopGate(job.stop)
         limit = self.n_ctx - n_prompt  # llama.cpp cannot decode past the context

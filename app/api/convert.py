@@ -21,6 +21,7 @@ from fastapi import Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.api.errors import APIError, validation_message
+from engine import grammar
 from engine.request import Sampling
 
 M = TypeVar("M", bound=BaseModel)
@@ -161,12 +162,7 @@ def json_schema_format(schema: Any, field: str, thinking: bool | None) -> tuple[
                        param=field) from e
     if thinking:
         return None, True
-    try:
-        from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-        return json_schema_to_gbnf(json.dumps(schema)), False
-    except Exception:  # a schema the converter does not cover: validate only
-        return None, False
+    return grammar.from_json_schema(schema), False  # None: not covered, validate only
 
 
 def check_json_output(text: str, schema: dict) -> str | None:
