@@ -68,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         api_key=args.api_key or None,
-        record=not args.no_record,
         reasoning_field=args.reasoning_field,
         max_queue=args.max_queue,
         model_name=args.model_name,

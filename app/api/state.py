@@ -19,7 +19,6 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8421
     api_key: str | None = None
-    record: bool = True
     reasoning_field: str = "reasoning_content"  # reasoning_content | reasoning | both
     max_queue: int = 16  # past this many waiting requests: 429 with Retry-After
     max_body_bytes: int = 8 * 1024 * 1024
