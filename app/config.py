@@ -62,7 +62,7 @@ def build_service(args: argparse.Namespace) -> Service:
             raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
         engine = LlamaEngine(pack.gguf, n_ctx=args.n_ctx or pack.n_ctx,
                              n_gpu_layers=args.n_gpu_layers,
-                             n_threads=getattr(args, "threads", None))
+                             n_threads=args.threads)
     recorder = None
     if not args.no_record:
         recorder = Recorder(args.record_to or default_session_path(),

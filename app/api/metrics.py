@@ -44,7 +44,7 @@ class _SnapshotCollector:
         totals, live = snap["totals"], snap["live"]
         info = GaugeMetricFamily("prism_model_info", "The model being served.",
                                  labels=["model", "pack", "n_ctx"])
-        info.add_metric([model, getattr(self.service.pack, "name", ""),
+        info.add_metric([model, self.service.pack.name,
                          str(self.service.engine.n_ctx)], 1)
         yield info
         started = CounterMetricFamily("prism_requests_started", "Requests submitted.",

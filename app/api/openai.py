@@ -15,7 +15,6 @@ a preformatted prefix + one JSON string + suffix, not a dict round trip through 
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -175,7 +174,7 @@ def model_name(state: AppState, requested: str = "") -> str:
 
 def served_model(state: AppState) -> str:
     svc = state.service
-    return state.config.model_name or getattr(svc.pack, "name", "") or svc.engine.name
+    return state.config.model_name or svc.pack.name or svc.engine.name
 
 
 def usage(run: Run) -> dict:
@@ -300,7 +299,7 @@ async def list_models(request: Request):
 async def get_model(model_id: str, request: Request):
     state = get_state(request)
     card = model_card(request)
-    known = {card["id"], state.service.engine.name, getattr(state.service.pack, "name", "")}
+    known = {card["id"], state.service.engine.name, state.service.pack.name}
     if model_id not in known:
         raise APIError("not_found", f"The model '{model_id}' does not exist; this server "
                        f"serves '{card['id']}'", param="model", code="model_not_found")
@@ -313,10 +312,9 @@ def model_card(request: Request) -> dict:
     return {
         "id": served_model(state),
         "object": "model",
-        "created": int(getattr(request.app.state, "started", 0) or time.time()),
+        "created": int(request.app.state.started),
         "owned_by": "prism",
         "context_length": svc.engine.n_ctx,
-        "meta": {"engine": svc.engine.name, "pack": getattr(svc.pack, "name", ""),
-                 "dialect": getattr(svc.pack, "dialect", ""),
-                 "thinking": getattr(svc.pack, "thinking", False)},
+        "meta": {"engine": svc.engine.name, "pack": svc.pack.name,
+                 "dialect": svc.pack.dialect, "thinking": svc.pack.thinking},
     }

@@ -131,24 +131,12 @@ def llama_timings(run: Run) -> dict:
 
 
 def stop_sequence(run: Run) -> str | None:
-    """The stop string the engine stopped on, or None.
-
-    The engine reports it as `Finish.stop_sequence` when it knows it. Otherwise it is
-    inferred: the engine cuts the stop string out of the text, and the token where the stop
-    string began keeps only the text before it, so a run that ended with "stop" on an empty
-    final token while the request had stop strings stopped on one of them (the model's own
-    end-of-turn token is never reported as a token). With one stop string that is the answer;
-    with several, the first is reported.
-    """
+    """The stop string the engine stopped on (`Finish.stop_sequence`, which every engine
+    reports), or None when the run ended otherwise."""
     fin = run.finish
-    if fin is None or fin.reason != "stop" or not run.request.stop:
+    if fin is None or fin.reason != "stop":
         return None
-    known = getattr(fin, "stop_sequence", None)
-    if known is not None:
-        return known or None
-    if run.tokens and run.tokens[-1].text == "":
-        return run.request.stop[0]
-    return None
+    return fin.stop_sequence or None
 
 
 def reasoning_tokens(run: Run) -> int:

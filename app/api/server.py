@@ -128,12 +128,10 @@ def create_app(state: AppState) -> FastAPI:
 async def health(request: Request):
     state = get_state(request)
     engine = state.service.engine
-    ready = getattr(engine, "ready", None)
-    load_error = getattr(engine, "load_error", None)
-    if state.loading or (ready is not None and not ready.is_set()):
+    if state.loading or not engine.ready.is_set():
         return _unavailable(request, "Loading model")
-    if load_error:
-        return _unavailable(request, f"The model failed to load: {load_error}")
+    if engine.load_error:
+        return _unavailable(request, f"The model failed to load: {engine.load_error}")
     return {"status": "ok"}
 
 
@@ -148,7 +146,6 @@ async def props(request: Request):
     state = get_state(request)
     svc = state.service
     engine, pack = svc.engine, svc.pack
-    path = getattr(engine, "model_path", None) or getattr(pack, "gguf", None) or ""
     return {
         "default_generation_settings": {
             "n_ctx": engine.n_ctx,
@@ -157,11 +154,11 @@ async def props(request: Request):
                        "min_p": 0.05, "repeat_penalty": 1.0},
         },
         "total_slots": 1,
-        "model_path": str(path),
+        "model_path": str(pack.gguf or ""),
         "model_alias": openai.served_model(state),
-        "chat_template": getattr(pack, "template", ""),
-        "bos_token": getattr(pack, "bos_token", ""),
-        "eos_token": getattr(pack, "eos_token", ""),
+        "chat_template": pack.template,
+        "bos_token": pack.bos_token,
+        "eos_token": pack.eos_token,
         "modalities": {"vision": False, "audio": False},
         "build_info": f"prism {version()}",
     }
