@@ -62,6 +62,7 @@ class CallParser(CallBody):
         # emission state: depth of the arguments object while streaming it (0 = not emitting)
         self._emit_base = 0
         self._frag: list[str] = []
+        self._frag_end = 0  # relative offset just past the character that wrote _frag's last piece
         self._args_streamed = False
         self._string_is_key = False
         self._started = False
@@ -78,7 +79,9 @@ class CallParser(CallBody):
                     # Keep what the characters before the bad one produced, so the events
                     # are the same however the text was chunked.
                     del self._frag[mark:]
-                    self._flush(self._pos - 1)
+                    self._flush()
+                elif len(self._frag) != mark:
+                    self._frag_end = self._pos
             elif self._phase == 0:
                 if ch in WS:
                     continue
@@ -133,9 +136,12 @@ class CallParser(CallBody):
         if self._emit_base:
             self._frag.append(s)
 
-    def _flush(self, end: int | None = None) -> None:
+    def _flush(self) -> None:
+        # The fragment ends at the character that wrote it, not at the end of the feed: the
+        # whitespace or `:` after it writes nothing, and must not move the span with the
+        # chunking.
         if self._frag:
-            self.out.append(("args", "".join(self._frag), self._pos if end is None else end))
+            self.out.append(("args", "".join(self._frag), self._frag_end))
             self._frag = []
 
     def _scan(self, ch: str) -> None:
@@ -189,6 +195,7 @@ class CallParser(CallBody):
             self._out(ch)
             if len(self._stack) == self._emit_base:
                 self._emit_base = 0
+                self._frag_end = self._pos
                 self._flush()
             self._stack.pop()
             self._end_value()

@@ -350,6 +350,15 @@ def test_hermes_malformed_json_returned_as_text():
     assert anomalies(res) == {"malformed_call": 1}
 
 
+def test_hermes_streamed_fragment_span_ignores_the_silent_characters_after_it():
+    # The `:` and space after a key write nothing; a fragment's span must not stretch over
+    # them when they happen to arrive in the same feed (found by the property tests).
+    text = '<tool_call>{"name": "g", "arguments": {"name": "g", "arguments": '
+    res = parse_all_ways(text)
+    assert res.tool_calls == () and res.reasoning == text
+    assert anomalies(res) == {"unfinished_call": 1}
+
+
 def test_dialect_restricts_openers():
     res = parse_all_ways(HERMES_CALL, start="content", dialect="qwen-xml")
     assert res.tool_calls == () and res.content == HERMES_CALL
