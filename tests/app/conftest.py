@@ -4,7 +4,6 @@ clients. No model is needed (the `model` tests bring their own engine)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,14 +17,9 @@ import pytest
 from app.api.server import ServerThread
 from app.api.state import AppState, ServerConfig
 from engine.events import result_of
-from engine.metrics import Metrics
-from engine.packs import resolve_pack
 from engine.parser import OutputParser
-from engine.recording import Recorder
-from engine.replay import ReplayEngine
 from engine.service import Run, RunUpdate, Service
-
-DATA = Path(__file__).parent / "data"
+from tests.support import recorded_failures  # noqa: F401 - the API tests import it from here
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather by city",
@@ -42,11 +36,6 @@ TOOLS = [WEATHER, SEARCH]
 def xml_call(name: str, **params) -> str:
     body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
     return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
-
-
-def recorded_failures() -> list[str]:
-    data = json.loads((DATA / "recorded_tool_call_in_thinking.json").read_text("utf-8"))
-    return [case["reasoning_content"] for case in data["falhas"]]
 
 
 def oracle(text: str, *, start: str = "reasoning", dialect: str = "qwen-xml", tools=(),
@@ -101,25 +90,13 @@ class Live:
 
 
 @pytest.fixture
-def serve(tmp_path) -> Callable[..., Live]:
+def serve(replay_service) -> Callable[..., Live]:
     """serve(*outputs, pack="qwen3-xml", speed=0.0, n_ctx=..., **ServerConfig fields)."""
-    started: list[tuple[Live, ReplayEngine, Recorder]] = []
+    started: list[Live] = []
 
     def start(*outputs: str | Path, pack: str = "qwen3-xml", speed: float = 0.0,
               n_ctx: int = 1 << 20, **config) -> Live:
-        paths = []
-        for i, out in enumerate(outputs):
-            if isinstance(out, Path):
-                paths.append(out)
-                continue
-            p = tmp_path / f"output{len(started)}_{i}.txt"
-            p.write_text(out, encoding="utf-8")
-            paths.append(p)
-        engine = ReplayEngine(paths, speed=speed, n_ctx=n_ctx)
-        recorder = Recorder(tmp_path / f"session{len(started)}.jsonl", model=engine.name,
-                            pack=pack)
-        service = Service(engine, resolve_pack(pack, require_model=False),
-                          metrics=Metrics(engine), recorder=recorder)
+        service = replay_service(*outputs, pack=pack, speed=speed, n_ctx=n_ctx, record=True)
         state = AppState(service=service, config=ServerConfig(**config))
         live = Live(ServerThread(state).start(), state)
         lock = threading.Lock()
@@ -130,12 +107,11 @@ def serve(tmp_path) -> Callable[..., Live]:
                     live.runs.append(upd.run)
 
         service.add_listener(on_update)
-        started.append((live, engine, recorder))
+        started.append(live)
         return live
 
     yield start
-    for live, engine, recorder in started:
+    for live in started:
         live.close()
-        engine.close()
+        live.service.engine.close()  # before the server stops: no request waits on it then
         live.thread.stop()
-        recorder.close()

@@ -13,9 +13,8 @@ import pytest
 
 from engine.events import TOOL_CALL, merge, result_of
 from engine.metrics import Metrics
-from engine.packs import load_pack, resolve_pack
-from engine.recording import Recorder, read_session
-from engine.replay import ReplayEngine
+from engine.packs import resolve_pack
+from engine.recording import read_session
 from engine.request import ChatRequest, Message, Sampling
 from engine.service import ContextOverflow, Service
 
@@ -35,21 +34,13 @@ def ask(text="What is the weather in Paris?", **kw) -> ChatRequest:
 
 
 @pytest.fixture
-def replay_service(tmp_path):
-    out = tmp_path / "out.txt"
-    out.write_text(CALL_IN_THINKING, encoding="utf-8")
-    engine = ReplayEngine([out])
-    metrics = Metrics(engine)
-    rec = Recorder(tmp_path / "session.jsonl", model=engine.name, pack="qwen3-xml")
-    svc = Service(engine, resolve_pack("qwen3-xml", require_model=False), metrics=metrics,
-                  recorder=rec)
-    yield svc
-    engine.close()
-    rec.close()
+def svc(replay_service) -> Service:
+    """The Qwen3 XML pack over one replayed output (a call inside the thinking), recorded."""
+    return replay_service(CALL_IN_THINKING, record=True)
 
 
-def test_replayed_call_in_thinking_through_the_service(replay_service):
-    run = replay_service.submit(ask())
+def test_replayed_call_in_thinking_through_the_service(svc):
+    run = svc.submit(ask())
     assert run.start_state == "reasoning"  # the Qwen3 template opened <think>
     events = list(run)
     res = run.wait(5)
@@ -57,57 +48,51 @@ def test_replayed_call_in_thinking_through_the_service(replay_service):
     assert res.reasoning == "The user wants the weather."
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("get_weather", {"city": "Paris"})]
     assert res.finish_reason == "tool_calls"
-    snap = replay_service.metrics.snapshot()
+    snap = svc.metrics.snapshot()
     assert snap["totals"]["implicit_reasoning_ends"] == 1
     assert snap["requests"][0]["implicit_reasoning_ends"] == 1
 
 
-def test_thinking_off_starts_in_content(replay_service):
-    run = replay_service.submit(ask(thinking=False))
+def test_thinking_off_starts_in_content(svc):
+    run = svc.submit(ask(thinking=False))
     assert run.start_state == "content"
     res = run.wait(5)
     # In content the call is at a line start after text: still a real call, no implicit end.
     assert len(res.tool_calls) == 1 and res.anomalies["implicit_reasoning_end"] == 0
 
 
-def test_async_consumer_sees_the_same_events(replay_service):
+def test_async_consumer_sees_the_same_events(svc):
     async def consume():
-        run = replay_service.submit(ask())
+        run = svc.submit(ask())
         return run, [ev async for ev in run.stream()]
 
     run, events = asyncio.run(consume())
     assert events == run.events and any(e.kind == TOOL_CALL for e in events)
 
 
-def test_listeners_receive_start_events_finish(replay_service):
+def test_listeners_receive_start_events_finish(svc):
     seen = []
-    replay_service.add_listener(lambda u: seen.append(u.kind))
-    replay_service.submit(ask()).wait(5)
+    svc.add_listener(lambda u: seen.append(u.kind))
+    svc.submit(ask()).wait(5)
     assert seen[0] == "start" and seen[-1] == "finish" and "events" in seen
 
 
-def test_context_overflow_is_refused_before_queueing(tmp_path):
-    out = tmp_path / "o.txt"
-    out.write_text("x")
-    engine = ReplayEngine([out], n_ctx=64)
-    svc = Service(engine, resolve_pack("qwen3-xml", require_model=False))
+def test_context_overflow_is_refused_before_queueing(replay_service):
+    small = replay_service("x", n_ctx=64)
     with pytest.raises(ContextOverflow, match="maximum context length is 64 tokens"):
-        svc.submit(ask("word " * 200))
-    assert engine.queue_depth() == 0
-    engine.close()
+        small.submit(ask("word " * 200))
+    assert small.engine.queue_depth() == 0
 
 
-def test_replay_of_a_recording_reproduces_the_events(replay_service, tmp_path):
-    first = replay_service.submit(ask())
+def test_replay_of_a_recording_reproduces_the_events(svc, replay_service):
+    first = svc.submit(ask())
     first.wait(5)
-    replay_service.recorder.close()
-    session = read_session(replay_service.recorder.path)
+    svc.recorder.close()
+    session = read_session(svc.recorder.path)
     assert len(session.requests) == 1
-    assert session.requests[0].parser_dialect == "qwen-xml"
-    assert session.requests[0].dialect == "openai"
-    engine = ReplayEngine([replay_service.recorder.path])
-    svc = Service(engine, resolve_pack("qwen3-xml", require_model=False))
-    again = svc.submit(ask())
+    assert session.requests[0].dialect == "qwen-xml"
+    assert session.requests[0].api == "openai"
+    again = replay_service(svc.recorder.path).submit(ask())
     again.wait(5)
     # token for token, so even unmerged; only the calls' random ids differ between runs
     def key(events):
@@ -116,7 +101,6 @@ def test_replay_of_a_recording_reproduces_the_events(replay_service, tmp_path):
 
     assert key(again.events) == key(first.events)
     assert [t.text for t in again.tokens] == [t.text for t in first.tokens]
-    engine.close()
 
 
 # --- the real engine on the default model -------------------------------------------------------
@@ -130,10 +114,10 @@ city ::= [A-Z] [a-z]{2,8}
 
 
 @pytest.fixture(scope="module")
-def llama_service():
+def llama_service(default_model):
     from engine.llama import LlamaEngine
 
-    gguf = load_pack("smollm2").gguf
+    gguf = default_model
     engine = LlamaEngine(gguf, n_ctx=2048)
     # The Qwen3 XML pack's template on SmolLM2 (both ChatML): the prompt opens <think>.
     svc = Service(engine, resolve_pack("qwen3-xml", model=str(gguf)), metrics=Metrics(engine))

@@ -3,9 +3,7 @@ runs on a fake clock, so every frame is driven by the test, never by wall time."
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything creates a QApplication
 
@@ -13,23 +11,7 @@ import pytest
 
 from app.playback import Playback
 from app.tracks import TrackStore
-
-ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "resources" / "sessions" / "demo.jsonl"
-FAILURES = ROOT / "tests" / "fixtures" / "recorded_tool_call_in_thinking.json"
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, dt: float) -> None:
-        self.now += dt
+from tests.support import DEMO, Clock, recorded_failures  # noqa: F401 - widget tests import them
 
 
 def fragments(pane):
@@ -40,12 +22,6 @@ def fragments(pane):
             frag = it.fragment()
             yield frag.text(), frag.charFormat()
         block = block.next()
-
-
-def recorded_failures() -> list[str]:
-    """The four real outputs where a Qwen model wrote its call inside its thinking."""
-    data = json.loads(FAILURES.read_text(encoding="utf-8"))
-    return [case["reasoning_content"] for case in data["falhas"]]
 
 
 @pytest.fixture

@@ -1,0 +1,57 @@
+"""Helpers the test packages share (fixtures built on them live in tests/conftest.py).
+
+- `recorded_failures()`: the four real outputs where a Qwen model wrote its call inside its
+  thinking (tests/fixtures/recorded_tool_call_in_thinking.json, the one copy).
+- `wait_until()` / `until()`: poll a condition against a deadline, blocking or in an asyncio
+  loop, failing with what was awaited.
+- `Clock`: a clock the test moves by hand, for the engines and models that take one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "resources" / "sessions" / "demo.jsonl"
+FAILURES = ROOT / "tests" / "fixtures" / "recorded_tool_call_in_thinking.json"
+
+
+def recorded_failures() -> list[str]:
+    """The four real outputs where a Qwen model wrote its call inside its thinking."""
+    data = json.loads(FAILURES.read_text(encoding="utf-8"))
+    return [case["reasoning_content"] for case in data["falhas"]]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 5.0, interval: float = 0.01,
+               what: str = "the condition") -> None:
+    """Block until predicate() holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(interval)
+
+
+async def until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
+                what: str = "the condition") -> None:
+    """Let the running loop work until predicate() holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        await asyncio.sleep(interval)
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, dt: float) -> None:
+        self.now += dt
