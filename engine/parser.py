@@ -52,10 +52,8 @@ from engine.events import (
     Event,
     ToolCall,
 )
+from engine.tags import CALL_OPEN, THINK_CLOSE, THINK_OPEN
 
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
-CALL_OPEN = "<tool_call>"
 _SPECIAL = re.compile(r"[<\n`]")
 _MAX_NL = 16  # at most this many newlines before a tag belong to it (bounded hold-back)
 _WINDOW = 4096  # a call body is fed in windows so a huge chunk is never copied per call

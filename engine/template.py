@@ -30,11 +30,10 @@ from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
+from engine import dialects
+from engine.dialects.common import FULL, skip_ws
 from engine.request import Message
-
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
-CALL_OPEN = "<tool_call>"
+from engine.tags import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN
 
 
 class TemplateError(Exception):
@@ -229,12 +228,10 @@ def start_state(prompt: str) -> str:
 
 
 def _is_opener(after_tag: str) -> bool:
-    """After `<tool_call>` and optional whitespace: `<function=` (Qwen XML) or a JSON object
-    whose first key is "name" (Hermes JSON)."""
-    rest = after_tag.lstrip()
-    return rest.startswith("<function=") or (
-        rest.startswith("{") and rest[1:].lstrip().startswith('"name"')
-    )
+    """After `<tool_call>` and optional whitespace: a dialect's opener (`<function=` for Qwen
+    XML, `{"name"` for Hermes JSON), decided by the dialects themselves, as the parser does."""
+    j = skip_ws(after_tag, 0)
+    return j >= 0 and dialects.opener_dialect("auto", after_tag, j)[0] == FULL
 
 
 def find_call_start(reasoning: str) -> int:
@@ -272,7 +269,7 @@ def _repair_reasoning(message: Message) -> Message | None:
     reasoning = message.reasoning_content
     if message.tool_calls or not reasoning:
         return None
-    if not reasoning.rstrip().endswith("</tool_call>"):  # cheap test first: most turns stop here
+    if not reasoning.rstrip().endswith(CALL_CLOSE):  # cheap test first: most turns stop here
         return None
     cut = find_call_start(reasoning)
     if cut == -1:

@@ -3,7 +3,7 @@
 Each dialect module exposes the same few names (mlx-lm style):
 
 - `NAME`: the dialect's name on the command line ("qwen-xml", "hermes-json").
-- `match_opener(text, i) -> int`: does an opener start at `text[i]`? FULL, PREFIX (the text
+- `match_opener(text, i) -> Match`: does an opener start at `text[i]`? FULL, PREFIX (the text
   ends inside something that could still become one) or NONE.
 - `CallParser(schemas, stream)`: an incremental reader for one call body (the text right after
   `<tool_call>`), fed with `feed(text)` and closed with `finish()`. It appends
@@ -16,16 +16,18 @@ the body. Pure Python, run by whichever thread drives the parser.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from engine.dialects import hermes_json, qwen_xml
-from engine.dialects.common import FULL, NONE, PREFIX
+from engine.dialects.common import FULL, NONE, PREFIX, Match
 
 DIALECTS = {qwen_xml.NAME: qwen_xml, hermes_json.NAME: hermes_json}
 NAMES = ("auto", qwen_xml.NAME, hermes_json.NAME)
 
-__all__ = ["DIALECTS", "FULL", "NAMES", "NONE", "PREFIX", "opener_dialect"]
+__all__ = ["DIALECTS", "FULL", "NAMES", "NONE", "PREFIX", "Match", "opener_dialect"]
 
 
-def opener_dialect(dialect: str, text: str, i: int):
+def opener_dialect(dialect: str, text: str, i: int) -> tuple[Match, ModuleType | None]:
     """Which dialect's opener starts at text[i]: (FULL, module), (PREFIX, None) or (NONE, None).
 
     `dialect` is "auto" or one of DIALECTS; auto accepts either opener.

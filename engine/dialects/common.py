@@ -6,8 +6,21 @@ Pure functions; no state. Run by whichever thread drives the parser.
 from __future__ import annotations
 
 import json
+from enum import IntEnum
 
-NONE, PREFIX, FULL = 0, 1, 2
+
+class Match(IntEnum):
+    """How a marker matches at a position, as Starlette's routing `Match`: not at all, not yet
+    (the text ends inside a prefix of it, so the caller holds the text back) or wholly.
+    Ordered, so `max` of two results is the more hopeful one."""
+
+    NONE = 0
+    PREFIX = 1
+    FULL = 2
+
+
+# Module-level names: the parser's hot loop compares against globals, not class attributes.
+NONE, PREFIX, FULL = Match.NONE, Match.PREFIX, Match.FULL
 
 # Whitespace allowed between `<tool_call>` and the opener, or inside the Hermes opener. Bounded
 # so that hold-back stays bounded: past this, the tag is text (a deterministic rule, so every
@@ -16,7 +29,7 @@ MAX_GAP = 64
 WS = " \t\r\n"
 
 
-def match_literal(text: str, i: int, lit: str) -> int:
+def match_literal(text: str, i: int, lit: str) -> Match:
     """FULL if `lit` starts at text[i], PREFIX if text ends inside a prefix of it, else NONE."""
     rest = text[i : i + len(lit)]
     if rest == lit:

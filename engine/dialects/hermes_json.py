@@ -25,17 +25,18 @@ from engine.dialects.common import (
     PREFIX,
     WS,
     CallBody,
+    Match,
     match_literal,
     skip_ws,
 )
+from engine.tags import CALL_CLOSE
 
 NAME = "hermes-json"
-_END_CALL = "</tool_call>"
 _ESC = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _MAX_DEPTH = 64
 
 
-def match_opener(text: str, i: int) -> int:
+def match_opener(text: str, i: int) -> Match:
     """`{`, optional whitespace, then `"name"`."""
     n = len(text)
     if i >= n:
@@ -117,7 +118,7 @@ class CallParser(CallBody):
         t = self._tail.lstrip(WS)
         if not t:
             return False
-        m = match_literal(t, 0, _END_CALL)
+        m = match_literal(t, 0, CALL_CLOSE)
         if m == FULL:
             self.done, self.end = True, self._pos
             return True
