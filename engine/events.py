@@ -36,12 +36,14 @@ STRAY_THINK_END = "stray_think_end"
 UNFINISHED_CALL = "unfinished_call"
 MALFORMED_CALL = "malformed_call"
 UNKNOWN_TOOL = "unknown_tool"
+REPAIRED_CALL = "repaired_call"  # a call accepted only after a repair (its text says which)
 ANOMALY_KINDS = (
     IMPLICIT_REASONING_END,
     STRAY_THINK_END,
     UNFINISHED_CALL,
     MALFORMED_CALL,
     UNKNOWN_TOOL,
+    REPAIRED_CALL,
 )
 
 # Kinds whose neighbours merge into one event (text-like streams). Tool starts, whole

@@ -22,6 +22,7 @@ from engine.events import (
     IMPLICIT_REASONING_END,
     MARKUP,
     REASONING,
+    REPAIRED_CALL,
     STRAY_THINK_END,
     TOOL_ARGS,
     TOOL_CALL,
@@ -76,6 +77,7 @@ class ChannelPanes(TrackFollower, QWidget):
         self._n = 0  # events drawn
         self._args_start: dict[int, int] = {}  # call index -> where its arguments begin
         self._flag_next: str | None = None  # an anomaly that concerns the next text event
+        self._repairs_next = ""  # what the next complete call needed repaired (its mark's tip)
         self._counts = dict.fromkeys(PANES, 0)
 
     # -- following a track (TrackFollower hooks) -------------------------------------------
@@ -165,6 +167,10 @@ class ChannelPanes(TrackFollower, QWidget):
             pane.append(ANOMALY_MARKS.get(self._flag_next, " ⚠ ").strip() + "\n",
                         anomaly_format(self._flag_next))
             self._flag_next = None
+        if self._repairs_next:  # apart from _flag_next: a call may be unknown and repaired
+            pane.append(ANOMALY_MARKS[REPAIRED_CALL].strip() + "\n",
+                        anomaly_format(REPAIRED_CALL, self._repairs_next))
+            self._repairs_next = ""
 
     def _anomaly(self, ev) -> None:
         kind = ev.anomaly or ""
@@ -179,6 +185,9 @@ class ChannelPanes(TrackFollower, QWidget):
             return
         if kind == UNKNOWN_TOOL:  # the call itself follows; it carries the mark
             self._flag_next = kind
+            return
+        if kind == REPAIRED_CALL:  # likewise, with the repairs in its tooltip
+            self._repairs_next = ev.text or kind
             return
         # A call that failed: mark it in the tools pane; its text follows in its channel.
         pane = self.panes["call"]

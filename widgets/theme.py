@@ -14,6 +14,7 @@ from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat, QTextFormat
 from engine.events import (
     IMPLICIT_REASONING_END,
     MALFORMED_CALL,
+    REPAIRED_CALL,
     STRAY_THINK_END,
     UNFINISHED_CALL,
     UNKNOWN_TOOL,
@@ -45,6 +46,7 @@ ANOMALY_LABELS = {
     UNFINISHED_CALL: "unfinished call",
     MALFORMED_CALL: "malformed call",
     UNKNOWN_TOOL: "unknown tool",
+    REPAIRED_CALL: "repaired call",
 }
 ANOMALY_TIPS = {
     IMPLICIT_REASONING_END: "Implicit end of thinking: a <tool_call> began on its own line inside "
@@ -55,6 +57,9 @@ ANOMALY_TIPS = {
     MALFORMED_CALL: "Malformed tool call: the body could not be read as a call; its text was "
     "kept as it was written.",
     UNKNOWN_TOOL: "Unknown tool: the call names a tool that the request did not offer.",
+    REPAIRED_CALL: "Repaired call: the call was accepted after a repair (a missing or drifted "
+    "</parameter>, a bare <function=...> without <tool_call>, a Python literal for a typed "
+    "value).",
 }
 # What a pane shows where an anomaly happened (the stray tag shows its own dropped text).
 ANOMALY_MARKS = {
@@ -62,6 +67,7 @@ ANOMALY_MARKS = {
     UNFINISHED_CALL: " ⚠ unfinished call ",
     MALFORMED_CALL: " ⚠ malformed call ",
     UNKNOWN_TOOL: " ⚠ unknown tool ",
+    REPAIRED_CALL: " ⚠ repaired call ",
 }
 
 

@@ -1,4 +1,6 @@
-"""Helpers shared by the tool-call dialects: match results, prefix tests, schema lookup.
+"""Helpers shared by the tool-call dialects: match results, prefix tests, the tools' schemas.
+
+Typing a value by its parameter's schema lives in engine/schema.py.
 
 Pure functions; no state. Run by whichever thread drives the parser.
 """
@@ -65,34 +67,20 @@ class CallBody:
         self.resume: int | None = None  # where the channel's text resumes after an error
         self.name: str | None = None
         self.arguments: dict = {}
+        # What had to be repaired to accept the call (docs/design.md, section "The parser"):
+        # the parser reports a non-empty list once per accepted call as `repaired_call`.
+        self.repairs: list[str] = []
+
+    def repaired(self, what: str) -> None:
+        """Note one repair (each kind once per call, in the order they happened)."""
+        if what not in self.repairs:
+            self.repairs.append(what)
 
 
 def escape_fragment(s: str) -> str:
     """The JSON-string escape of s without quotes. Escaping is per code point, so escaping
     pieces and joining them equals escaping the whole (what json.dumps does)."""
     return json.dumps(s)[1:-1]
-
-
-def param_schema(schemas: dict, tool: str | None, key: str) -> dict | None:
-    """The JSON schema of one parameter of a tool, or None when unknown."""
-    params = schemas.get(tool) if tool is not None else None
-    if not isinstance(params, dict):
-        return None
-    props = params.get("properties")
-    if not isinstance(props, dict):
-        return None
-    sch = props.get(key)
-    return sch if isinstance(sch, dict) else None
-
-
-def is_string_schema(sch: dict | None) -> bool:
-    """A parameter whose schema says string stays raw (never JSON-decoded)."""
-    if sch is None:
-        return False
-    t = sch.get("type")
-    if t == "string":
-        return True
-    return isinstance(t, list) and "string" in t and not ({"object", "array"} & set(t))
 
 
 def tool_schemas(tools) -> dict[str, dict]:

@@ -1,18 +1,23 @@
 """Qwen XML tool-call bodies: `<function=NAME>`, `<parameter=KEY>` value `</parameter>`.
 
-Owns the incremental reader of one call body (the text after `<tool_call>`). Run by whichever
-thread drives the parser.
+Owns the incremental reader of one call body (the text after `<tool_call>`, or a bare
+`<function=` the parser found in the answer). Run by whichever thread drives the parser.
 
-Rules (DESIGN rule 7): a value ends at the first `</parameter>` followed, after whitespace, by
-`<parameter=` or `</function>`, so values may contain `</parameter>`; a missing `</parameter>`
-right before `</function>` (then `</tool_call>` or the end) is recovered. One leading and one
-trailing newline of a value are stripped. Values are typed by the tool's schema: a string
-parameter stays raw, anything else is JSON-decoded, falling back to the raw string.
+Rules (docs/design.md, section "The parser", rule 7): a value ends at the first `</parameter>`
+followed, after whitespace, by `<parameter=` or `</function>`, so values may contain
+`</parameter>`. One leading and one trailing newline of a value are stripped. Repaired, and
+noted in `repairs` (the parser counts `repaired_call`): a missing `</parameter>` before
+`</function>` (then `</tool_call>` or the end) or before a `<parameter=NAME>` that names a
+declared parameter (any name when the tool has no schema); a drifted closer (`</parameter1>`,
+`</parameter_function>`, a bare `</parameter` at a line end) followed by what a real one
+would be; a Python literal for a non-string parameter. Values are typed by engine/schema.py.
 
 Streaming (stream=True): "start" when the name is known; "args" fragments that join to exactly
-`json.dumps(arguments)`. String values stream as written (minus a held trailing newline and any
-`<` that could still be a terminator); other values when complete. A repeated parameter keeps
-its first value, so the streamed fragments and the final object always agree.
+`json.dumps(arguments)`. A value that can only be a string streams as written (minus a held
+trailing newline and any `<` that could still be a terminator); a string that could still turn
+out null or an object (`Optional[str]`) streams once its first characters rule that out; other
+values when complete. A repeated parameter keeps its first value, so the streamed fragments and
+the final object always agree.
 """
 
 from __future__ import annotations
@@ -25,11 +30,10 @@ from engine.dialects.common import (
     PREFIX,
     CallBody,
     escape_fragment,
-    is_string_schema,
     match_literal,
-    param_schema,
     skip_ws,
 )
+from engine.schema import STRING, convert, declared_params, param_types, raw_is_final, streams_raw
 
 NAME = "qwen-xml"
 OPENER = "<function="
@@ -37,9 +41,17 @@ _PARAM = "<parameter="
 _END_PARAM = "</parameter>"
 _END_FUNC = "</function>"
 _END_CALL = "</tool_call>"
+_CLOSE_STEM = "</parameter"  # what every closer, exact or drifted, begins with
 _MAX_NAME = 256
+_MAX_DRIFT = 32  # at most this many word characters in a drifted closer (`</parameter1>`)
 
 (_PRE, _NAME, _BETWEEN, _KEY, _VALUE, _AFTER) = range(6)
+# How the current value streams: as written, once complete, or undecided yet.
+(_RAW, _WHOLE, _PENDING) = range(3)
+# Repairs, as reported in the `repaired_call` anomaly's text.
+_MISSING = "missing </parameter>"
+_DRIFTED = "drifted </parameter>"
+_LITERAL = "Python literal"
 
 
 def match_opener(text: str, i: int) -> int:
@@ -54,7 +66,10 @@ class CallParser(CallBody):
         self._st = _PRE
         self._key = ""
         self._skip = False  # current parameter is a repeat: its value is dropped
-        self._raw_str = False  # current value streams as a raw JSON string
+        self._types: frozenset[str] | None = None  # the JSON types the current value may take
+        self._mode = _WHOLE
+        self._probe = ""  # how a _PENDING value begins (whitespace runs collapsed)
+        self._declared: frozenset[str] | None = None  # the tool's parameter names (None: any)
         self._val: list[str] = []
         self._val_first = True  # no value character seen yet (strip one leading newline)
         self._nparams = 0
@@ -157,6 +172,7 @@ class CallParser(CallBody):
                     return
                 if st == _NAME:
                     self.name = word
+                    self._declared = declared_params(self.schemas, word)
                     self._emit("start", word)
                     self._st = _BETWEEN
                 else:
@@ -169,13 +185,21 @@ class CallParser(CallBody):
     def _open_value(self, key: str) -> None:
         self._key = key
         self._skip = key in self.arguments
-        self._raw_str = is_string_schema(param_schema(self.schemas, self.name, key))
+        self._types = param_types(self.schemas, self.name, key)
+        self._mode = _RAW if streams_raw(self._types) else _WHOLE
+        if self._mode == _WHOLE and self._types is not None and STRING in self._types:
+            self._mode = _PENDING  # a string unless it turns out null / an object / an array
+        self._probe = ""
         self._val = []
         self._val_first = True
         self._st = _VALUE
-        if self.stream and self._raw_str and not self._skip:
+        if self._mode == _RAW:
+            self._open_raw()
+
+    def _open_raw(self) -> None:
+        if self.stream and not self._skip:
             sep = "{" if self._nparams == 0 else ", "
-            self._emit("args", f'{sep}{json.dumps(key)}: "')
+            self._emit("args", f'{sep}{json.dumps(self._key)}: "')
 
     def _value(self, eof: bool) -> bool:
         """Consume value text; True when the value closed (state changed), False to wait."""
@@ -201,49 +225,97 @@ class CallParser(CallBody):
                 i = lt + 1
                 continue
             # A terminator at lt: strip one trailing newline, close the value.
+            kind, size = end
             cut = lt - 1 if (lt and b[lt - 1] == "\n") else lt
             self._take(cut)
             self._eat(lt - cut)  # the stripped newline belongs to the tag
             self._close_value()
-            if end == _END_PARAM:
-                self._eat(len(_END_PARAM))
-                self._st = _BETWEEN
-            else:
-                self._eat(len(_END_FUNC))
+            self._eat(size)
+            if kind == _END_FUNC:
                 self._close_function()
+            else:
+                self._st = _BETWEEN
             return True
 
     def _terminator(self, b: str, lt: int, eof: bool):
-        """What the '<' at b[lt] starts: _END_PARAM / _END_FUNC (a real end), PREFIX (can't
-        tell yet) or None (value text)."""
-        m = match_literal(b, lt, _END_PARAM)
+        """What the '<' at b[lt] starts: (kind, size) for a real end of the value (kind
+        _END_PARAM or _END_FUNC; `size` characters of closer to consume, 0 when the value ends
+        at the next `<parameter=`), PREFIX (can't tell yet) or None (value text)."""
+        wait = None if eof else PREFIX
+        m = match_literal(b, lt, _CLOSE_STEM)
+        if m == PREFIX:
+            return wait
         if m == FULL:
-            j = skip_ws(b, lt + len(_END_PARAM), None)
+            size, drift = self._closer(b, lt)
+            if size is None:
+                return None
+            if size == PREFIX:
+                return wait
+            j = skip_ws(b, lt + size, None)
             if j == len(b):
-                return _END_PARAM if eof else PREFIX
+                return self._ends((_END_PARAM, size), drift) if eof else PREFIX
             a = match_literal(b, j, _PARAM)
             c = match_literal(b, j, _END_FUNC)
             if FULL in (a, c):
-                return _END_PARAM
+                return self._ends((_END_PARAM, size), drift)
             if PREFIX in (a, c):
-                return _END_PARAM if eof else PREFIX
+                return self._ends((_END_PARAM, size), drift) if eof else PREFIX
             return None
-        if m == PREFIX:
-            return None if eof else PREFIX
         m = match_literal(b, lt, _END_FUNC)
-        if m == FULL:  # recovery of a missing </parameter>
+        if m == FULL:  # a missing </parameter> before </function> </tool_call> (or the end)
             j = skip_ws(b, lt + len(_END_FUNC), None)
             if j == len(b):
-                return _END_FUNC if eof else PREFIX
+                return self._ends((_END_FUNC, len(_END_FUNC)), _MISSING) if eof else PREFIX
             c = match_literal(b, j, _END_CALL)
             if c == FULL:
-                return _END_FUNC
+                return self._ends((_END_FUNC, len(_END_FUNC)), _MISSING)
             if c == PREFIX:
-                return _END_FUNC if eof else PREFIX
+                return self._ends((_END_FUNC, len(_END_FUNC)), _MISSING) if eof else PREFIX
             return None
         if m == PREFIX:
-            return None if eof else PREFIX
+            return wait
+        m = match_literal(b, lt, _PARAM)
+        if m == PREFIX:
+            return wait
+        if m == FULL:  # a missing </parameter> before the next declared parameter
+            start = lt + len(_PARAM)
+            k = b.find(">", start, start + _MAX_NAME + 1)
+            nl = b.find("\n", start, k if k >= 0 else start + _MAX_NAME + 1)
+            if nl >= 0:
+                return None
+            if k < 0:
+                return wait if len(b) - start <= _MAX_NAME else None
+            key = b[start:k].strip()
+            if key and (self._declared is None or key in self._declared):
+                return self._ends((_END_PARAM, 0), _MISSING)
         return None
+
+    @staticmethod
+    def _closer(b: str, lt: int):
+        """The closer starting with `</parameter` at b[lt]: (size, repair). `</parameter>` is
+        exact (repair None); `</parameter` + a word + `>` (`</parameter1>`,
+        `</parameter_function>`) or a bare `</parameter` at a line end drifted. (PREFIX, None)
+        while the text ends inside it, (None, None) when it is value text."""
+        k = lt + len(_CLOSE_STEM)
+        n = len(b)
+        j = k
+        while j < n and j - k <= _MAX_DRIFT and (b[j].isalnum() or b[j] == "_"):
+            j += 1
+        if j == n:
+            return PREFIX, None
+        c = b[j]
+        if c == ">" and j - k <= _MAX_DRIFT:
+            return j + 1 - lt, (_DRIFTED if j > k else None)
+        if j == k and c in "\r\n":
+            return len(_CLOSE_STEM), _DRIFTED
+        return None, None
+
+    def _ends(self, end: tuple, repair: str | None) -> tuple:
+        # Noted as the terminator is decided; the parser reports the call's repairs only if
+        # the call is accepted, so a repair noted for a call that then fails is never seen.
+        if repair is not None:
+            self.repaired(repair)
+        return end
 
     def _take(self, k: int) -> None:
         """Move b[:k] from the buffer into the current value (streaming it if raw string)."""
@@ -258,21 +330,31 @@ class CallParser(CallBody):
         if self._skip or not piece:
             return
         self._val.append(piece)
-        if self._raw_str:
+        if self._mode == _RAW:
             self._emit("args", escape_fragment(piece))
+        elif self._mode == _PENDING:
+            # Only how the value begins decides: keep one leading whitespace character and
+            # a few after it, so a long run of blanks is not re-examined on every piece.
+            probe = self._probe + piece
+            if probe[:1].isspace():
+                probe = probe[0] + probe.lstrip()
+            self._probe = probe[:8]
+            if raw_is_final(self._types, self._probe):
+                self._mode = _RAW
+                self._open_raw()
+                self._emit("args", escape_fragment("".join(self._val)))
 
     def _close_value(self) -> None:
         if self._skip:
             return
         raw = "".join(self._val)
-        if self._raw_str:
+        if self._mode == _RAW:
             value = raw
             self._emit("args", '"')
         else:
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                value = raw
+            value, literal = convert(raw, self._types)
+            if literal:
+                self.repaired(_LITERAL)
             sep = "{" if self._nparams == 0 else ", "
             self._emit("args", f"{sep}{json.dumps(self._key)}: {json.dumps(value)}")
         self.arguments[self._key] = value
