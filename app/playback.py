@@ -18,21 +18,18 @@ service's, so replaying never changes what `/metrics` reports.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.tracks import Track, TrackStore
 from engine import dialects
-from engine.base import Timings, Token
-from engine.events import ANOMALY
+from engine.base import Finish, Timings, Token
 from engine.metrics import Metrics
 from engine.parser import OutputParser
-from engine.recording import FORMAT, RecordingError, read_session
+from engine.pipeline import TokenPipeline
+from engine.recording import is_recording, load_recording
 from engine.replay import ReplayOutput
-
-log = logging.getLogger("prism")
 
 SPEEDS = {"1×": 1.0, "10×": 10.0, "instant": 0.0}
 _INSTANT_BUDGET = 50_000  # tokens fed per frame at "instant", so a huge file never freezes
@@ -48,15 +45,9 @@ class Item:
     timings: Timings | None
     error: str | None = None
     pos: int = 0
-    parser: OutputParser | None = None
+    pipeline: TokenPipeline | None = None  # the current pass's parser and reporting
     added: bool = False  # shown in the request list (it has started playing once)
     reported: bool = False  # counted in the playback metrics once
-
-
-def _is_recording(path: Path) -> bool:
-    with path.open("rb") as f:
-        first = f.readline(4096)
-    return f'"{FORMAT}"'.encode() in first
 
 
 def _pack_dialect(name: str) -> str:
@@ -74,16 +65,12 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
     the damage, with a warning)."""
     path = Path(path)
     name = path.name
-    if not _is_recording(path):
+    if not is_recording(path):
         out = ReplayOutput.from_text(path.read_text(encoding="utf-8"), str(path))
         track = Track(id=f"{path.stem}", source="replay", model="(text file)",
                       start_state="reasoning", dialect="auto", metrics=metrics, origin=name)
         return [Item(track, out.tokens, "stop", None)]
-    try:
-        session = read_session(path)
-    except RecordingError as e:
-        log.warning("[prism] %s: %s; playing what precedes it", path, e)
-        session = e.partial
+    session = load_recording(path)
     pack_dialect = _pack_dialect(str(session.header.get("pack", "")))
     items = []
     for req in session.requests:
@@ -107,8 +94,7 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
             origin=name,
             recorded_result=req.result,
         )
-        reason = req.finish or "error"
-        error = req.error if req.finish else "the recording ends before this request finished"
+        reason, error = req.outcome
         items.append(Item(track, req.tokens, reason, req.timings, error))
     return items
 
@@ -221,7 +207,7 @@ class Playback:
         pos = max(0, min(pos, len(it.tokens) + 1))
         if pos < it.pos:
             it.track.restart()
-            it.pos, it.parser = 0, None
+            it.pos, it.pipeline = 0, None
             self._touch(it.track)
         self._advance(it, pos - it.pos)
         self._rebase(self.clock())
@@ -248,7 +234,7 @@ class Playback:
                     self._show(it)
                     if self._done(it) or it.pos:
                         it.track.restart()
-                        it.pos, it.parser = 0, None
+                        it.pos, it.pipeline = 0, None
                     self._origin = now
                     continue
                 due = self._due(it, now)
@@ -301,53 +287,43 @@ class Playback:
             return 0
         self._show(it)
         track = it.track
-        if it.parser is None:
-            it.parser = OutputParser(start=track.start_state, dialect=track.dialect,
-                                     tools=track.tools, stream_tools=track.stream_tools)
+        if it.pipeline is None:
+            parser = OutputParser(start=track.start_state, dialect=track.dialect,
+                                  tools=track.tools, stream_tools=track.stream_tools)
+            # A request is counted in the charts the first time it plays to its end only:
+            # playing it again (a seek, a replay) must not count it twice.
+            it.pipeline = TokenPipeline(track.id, parser, clock=self.clock,
+                                        metrics=None if it.reported else self.metrics)
             track.submitted = self.clock()
-            if not it.reported:
-                self.metrics.request_started(track.id, track.source, track.model,
-                                             track.prompt_tokens, t=track.submitted)
+            it.pipeline.start(track.source, track.model, track.prompt_tokens, t=track.submitted)
+        pipe = it.pipeline
         ntok = len(it.tokens)
         end = min(it.pos + n, ntok)
         fed = end - it.pos
         if fed > 0:
             now = self.clock()
             toks = it.tokens[it.pos : end]
-            parser, evs = it.parser, []
+            speed, evs = self.speed, []
             for tok in toks:
-                evs += parser.feed(tok.text)
+                # Charts get each token's due time, not the frame's: a frame feeds several
+                # tokens at once, and equal times would read as a burst.
+                due = self._origin + tok.t / speed if speed > 0 else now
+                evs += pipe.feed(tok, t=min(due, now))
             # Token times are re-based on the playback clock, so TTFT and tokens/s in the
             # request list describe what is on screen.
             base = track.submitted
             track.add_tokens(Token(t.id, t.text, base + t.t, t.top) for t in toks)
             track.add_events(evs)
-            track.state = parser.state
-            if not it.reported:
-                # Charts get each token's due time, not the frame's: a frame feeds several
-                # tokens at once, and equal times would read as a burst.
-                speed = self.speed
-                for tok in toks:
-                    due = self._origin + tok.t / speed if speed > 0 else now
-                    self.metrics.token(track.id, min(due, now))
-                for ev in evs:
-                    if ev.kind == ANOMALY:
-                        self.metrics.anomaly(track.id, ev.anomaly or "", ev.text, t=now)
+            track.state = pipe.state
             it.pos = end
         if it.pos == ntok and n > fed:
-            evs = it.parser.finish(it.reason if it.reason in ("stop", "length") else "stop")
+            evs = pipe.finish()
             track.add_events(evs)
-            track.state = it.parser.state
+            track.state = pipe.state
             track.finish(it.reason, it.timings, it.error)
-            if not it.reported:
-                for ev in evs:
-                    if ev.kind == ANOMALY:
-                        self.metrics.anomaly(track.id, ev.anomaly or "", ev.text,
-                                             t=self.clock())
-                self.metrics.request_finished(track.id, track.finish_reason or it.reason,
-                                              it.timings or Timings(output_tokens=ntok),
-                                              t=self.clock())
-                it.reported = True
+            fin = Finish(it.reason, it.timings or Timings(output_tokens=ntok), it.error)
+            pipe.finished(fin, track.result, finish_reason=track.finish_reason or it.reason)
+            it.reported = True
             it.pos = ntok + 1
             fed += 1
         self._touch(track)

@@ -27,6 +27,7 @@ from typing import Any
 from engine.base import Timings, Token
 from engine.events import ANOMALY, ANOMALY_KINDS, Event, ParseResult, result_of
 from engine.parser import OutputParser
+from engine.pipeline import TokenPipeline
 
 FIXTURE_FORMAT = "prism-fixture"
 
@@ -180,11 +181,12 @@ class Track:
             stream_tools=self.stream_tools if stream_tools is None else stream_tools,
             id_prefix="fixture",  # call ids must not differ between two parses of one output
         )
+        pipe = TokenPipeline(self.id, parser)  # reports nowhere: a re-parse is not a request
         evs: list[Event] = []
         for tok in self.tokens:
-            evs += parser.feed(tok.text)
+            evs += pipe.feed(tok)
+        evs += pipe.finish()
         reason = self.finish_reason if self.finish_reason in ("stop", "length") else "stop"
-        evs += parser.finish(reason)
         return evs, result_of(evs, reason)
 
     def fixture(self) -> dict:

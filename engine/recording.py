@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from typing import Any
 from engine.base import Finish, Timings, Token
 from engine.events import ParseResult
 from engine.request import ChatRequest, Message, Sampling
+
+log = logging.getLogger("prism")
 
 FORMAT = "prism-session"
 VERSION = 1
@@ -71,6 +74,13 @@ class RecordedRequest:
     def text(self) -> str:
         """The model's output as it was streamed."""
         return "".join(tok.text for tok in self.tokens)
+
+    @property
+    def outcome(self) -> tuple[str, str | None]:
+        """(finish reason, error) as recorded; a request the file ends before is an error."""
+        if self.finish is None:
+            return "error", "the recording ends before this request finished"
+        return self.finish, self.error
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +347,28 @@ def read_session(path: Path | str, *, strict: bool = True) -> Session:
             detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
             return _fail(f"bad {rec.get('type', '?')} record: {detail}", n, b, strict)
     return b.session()
+
+
+def is_recording(path: Path | str) -> bool:
+    """Whether a file is a Prism recording: its first line is a header object naming the
+    format (whatever the file is called); anything else is taken as plain text by readers."""
+    with Path(path).open("rb") as f:
+        first = f.readline(4096)
+    try:
+        head = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(head, dict) and head.get("format") == FORMAT
+
+
+def load_recording(path: Path | str) -> Session:
+    """Read a recording for playing it (to clients or in the window): a damaged file gives
+    what precedes the damage, with a warning logged, rather than nothing."""
+    try:
+        return read_session(path)
+    except RecordingError as e:
+        log.warning("[prism] %s: %s; playing what precedes it", path, e)
+        return e.partial
 
 
 def _fail(message: str, line: int, b: _Builder, strict: bool) -> Session:

@@ -25,8 +25,6 @@ strings are applied as the live engine does (engine.llama.StopGate).
 
 from __future__ import annotations
 
-import json
-import logging
 import re
 import time
 import zlib
@@ -36,9 +34,7 @@ from pathlib import Path
 
 from engine.base import Job, Timings, Token
 from engine.llama import QueuedEngine, StopGate
-from engine.recording import FORMAT, RecordingError, read_session
-
-log = logging.getLogger("prism")
+from engine.recording import is_recording, load_recording
 
 PLAIN_TOKENS_PER_S = 50.0
 _PIECE = re.compile(r"\s*\S{1,4}|\s+")
@@ -75,33 +71,14 @@ class ReplayOutput:
         return cls(toks, "stop", None, source)
 
 
-def _is_recording(path: Path) -> bool:
-    with path.open("rb") as f:
-        first = f.readline(4096)
-    try:
-        head = json.loads(first)
-    except ValueError:
-        return False
-    return isinstance(head, dict) and head.get("format") == FORMAT
-
-
 def load_outputs(path: Path | str) -> tuple[list[ReplayOutput], str]:
     """The outputs a source gives, and the model name it records ("" for plain text)."""
     path = Path(path)
-    if not _is_recording(path):
+    if not is_recording(path):
         return [ReplayOutput.from_text(path.read_text(encoding="utf-8"), str(path))], ""
-    try:
-        session = read_session(path)
-    except RecordingError as e:
-        log.warning("[prism] %s: %s; replaying what precedes it", path, e)
-        session = e.partial
-    outs = []
-    for req in session.requests:
-        if req.finish is None:
-            reason, error = "error", "the recording ends before this request finished"
-        else:
-            reason, error = req.finish, req.error
-        outs.append(ReplayOutput(req.tokens, reason, error, f"{path}#{req.id}"))
+    session = load_recording(path)
+    outs = [ReplayOutput(req.tokens, *req.outcome, f"{path}#{req.id}")
+            for req in session.requests]
     return outs, session.model
 
 

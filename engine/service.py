@@ -24,15 +24,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from engine.base import Engine, Finish, Job, Timings, Token
-from engine.events import (
-    ANOMALY,
-    IMPLICIT_REASONING_END,
-    REASONING,
-    Event,
-    ParseResult,
-    result_of,
-)
+from engine.events import Event, ParseResult, result_of
+from engine.metrics import Metrics
+from engine.packs import Pack
 from engine.parser import OutputParser
+from engine.pipeline import TokenPipeline
+from engine.recording import Recorder
 from engine.request import ChatRequest
 from engine.template import ChatTemplate, start_state
 
@@ -82,6 +79,8 @@ class Run:
         self.created = time.time()
         self.parser = OutputParser(start=start, dialect=service.pack.dialect,
                                    tools=request.tools, stream_tools=request.stream_tools)
+        self.pipeline = TokenPipeline(self.id, self.parser, metrics=service.metrics,
+                                      recorder=service.recorder)
         self.events: list[Event] = []
         self.tokens: list[Token] = []
         self.finish: Finish | None = None
@@ -158,11 +157,12 @@ class Run:
 class Service:
     """Renders, submits, parses, records and measures. One per engine."""
 
-    def __init__(self, engine: Engine, pack, *, metrics=None, recorder=None) -> None:
+    def __init__(self, engine: Engine, pack: Pack, *, metrics: Metrics | None = None,
+                 recorder: Recorder | None = None) -> None:
         self.engine = engine
         self.pack = pack
-        self.template = ChatTemplate(pack.template, bos_token=getattr(pack, "bos_token", ""),
-                                     eos_token=getattr(pack, "eos_token", ""))
+        self.template = ChatTemplate(pack.template, bos_token=pack.bos_token,
+                                     eos_token=pack.eos_token)
         self.metrics = metrics
         self.recorder = recorder
         self._listeners: list[Callable[[RunUpdate], None]] = []
@@ -212,8 +212,7 @@ class Service:
         job.on_token = lambda tok: self._on_token(run, tok)
         job.on_finish = lambda fin: self._on_finish(run, fin)
         run.job = job
-        if self.metrics is not None:
-            self.metrics.request_started(run.id, request.dialect, self.engine.name, n_prompt)
+        run.pipeline.start(request.dialect, self.engine.name, n_prompt)
         if self.recorder is not None:
             self.recorder.request(
                 run.id, request, prompt, start_state=run.start_state, dialect=request.dialect,
@@ -228,40 +227,19 @@ class Service:
 
     def _on_token(self, run: Run, tok: Token) -> None:
         run.tokens.append(tok)
-        evs = run.parser.feed(tok.text)
-        if self.recorder is not None:
-            self.recorder.token(run.id, len(run.tokens) - 1, tok)
-        if self.metrics is not None:
-            self.metrics.token(run.id, tok.t)
-            for ev in evs:
-                if ev.kind == ANOMALY:
-                    self._anomaly(run, ev)
+        evs = run.pipeline.feed(tok)
         if evs:
             run._publish(evs)
         if self._listeners:
             self._notify(RunUpdate(run, "events", tuple(evs), tok))
 
-    def _anomaly(self, run: Run, ev: Event) -> None:
-        # For an implicit end of thinking, the log line shows the reasoning that preceded it.
-        text = ev.text
-        if ev.anomaly == IMPLICIT_REASONING_END:
-            text = "".join(e.text for e in run.events if e.kind == REASONING)[-160:]
-        self.metrics.anomaly(run.id, ev.anomaly, text)
-
     def _on_finish(self, run: Run, fin: Finish) -> None:
-        evs = run.parser.finish(fin.reason)
+        evs = run.pipeline.finish()
         if evs:
             run._publish(evs)
-            if self.metrics is not None:
-                for ev in evs:
-                    if ev.kind == ANOMALY:
-                        self._anomaly(run, ev)
         run.result = result_of(run.events, fin.reason)
         run.finish = fin
-        if self.metrics is not None:
-            self.metrics.request_finished(run.id, run.result.finish_reason, fin.timings)
-        if self.recorder is not None:
-            self.recorder.finish(run.id, fin, run.result)
+        run.pipeline.finished(fin, run.result)
         self._notify(RunUpdate(run, "events", tuple(evs)))
         self._notify(RunUpdate(run, "finish"))
         run._close()

@@ -1,0 +1,101 @@
+"""The per-token pipeline: one request's tokens through its parser, to metrics and a recorder.
+
+Owns `TokenPipeline`, the one place where "feed the parser, count the token and its anomalies,
+record it" is written (docs/design.md, section 3 "Threads and owners" and section 5
+"Engines, service, pipeline"). The live service, the window's playback and its re-parse all
+drive a request through one of these, so a recording played back gives the events it gave live.
+
+Threads: a pipeline is driven by one thread at a time, the one that delivers the tokens: the
+engine thread for a live run (engine/service.py), the GUI thread for playback and re-parse
+(inspector/). It holds no lock; the metrics and the recorder it reports to take their own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from engine.base import Finish, Token
+from engine.events import ANOMALY, IMPLICIT_REASONING_END, REASONING, Event, ParseResult
+from engine.metrics import Metrics
+from engine.parser import OutputParser
+from engine.recording import Recorder
+
+# How much reasoning an implicit end of thinking shows in its log line (metrics keeps 80).
+_TAIL = 160
+
+
+class TokenPipeline:
+    """One request: `start()`, then `feed()` per token, `finish()` once, then `finished()`.
+
+    `metrics` and `recorder` are optional (a re-parse reports to neither). `clock` stamps the
+    anomalies and the start and finish when the caller gives no time: time.perf_counter for a
+    live run, the playback's clock for a replay.
+    """
+
+    def __init__(
+        self,
+        id: str,
+        parser: OutputParser,
+        *,
+        metrics: Metrics | None = None,
+        recorder: Recorder | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.id = id
+        self.parser = parser
+        self.metrics = metrics
+        self.recorder = recorder
+        self.clock = clock
+        self.n_tokens = 0
+        self._reasoning_tail = ""  # for the implicit-end log line: what preceded the call
+
+    @property
+    def state(self) -> str:
+        return self.parser.state
+
+    def start(self, source: str, model: str, prompt_tokens: int, t: float | None = None) -> None:
+        """Count the request as started (the recorder's request record is the caller's: it
+        needs the whole request)."""
+        if self.metrics is not None:
+            self.metrics.request_started(self.id, source, model, prompt_tokens,
+                                         t=self.clock() if t is None else t)
+
+    def feed(self, tok: Token, t: float | None = None) -> list[Event]:
+        """Parse one token, record it, and count it at `t` (default: its own time)."""
+        evs = self.parser.feed(tok.text)
+        if self.recorder is not None:
+            self.recorder.token(self.id, self.n_tokens, tok)
+        self.n_tokens += 1
+        if self.metrics is not None:
+            self.metrics.token(self.id, tok.t if t is None else t)
+            self._report(evs)
+        return evs
+
+    def finish(self) -> list[Event]:
+        """End of output: the events the parser held back, their anomalies counted."""
+        evs = self.parser.finish()
+        if self.metrics is not None:
+            self._report(evs)
+        return evs
+
+    def finished(self, fin: Finish, result: ParseResult | None, *,
+                 finish_reason: str | None = None, t: float | None = None) -> None:
+        """Count and record the end: `finish_reason` (default: the result's) is what the
+        metrics log shows."""
+        if self.metrics is not None:
+            reason = finish_reason or (result.finish_reason if result else fin.reason)
+            self.metrics.request_finished(self.id, reason, fin.timings,
+                                          t=self.clock() if t is None else t)
+        if self.recorder is not None:
+            self.recorder.finish(self.id, fin, result)
+
+    def _report(self, evs: list[Event]) -> None:
+        metrics = self.metrics
+        for ev in evs:
+            if ev.kind == REASONING:
+                self._reasoning_tail = (self._reasoning_tail + ev.text)[-_TAIL:]
+            elif ev.kind == ANOMALY:
+                # For an implicit end of thinking, the log line shows the reasoning before it.
+                text = self._reasoning_tail if ev.anomaly == IMPLICIT_REASONING_END else ev.text
+                metrics.anomaly(self.id, ev.anomaly or "", text, t=self.clock())
