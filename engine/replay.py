@@ -109,10 +109,6 @@ class ReplayEngine(QueuedEngine):
         self._served = 0  # worker thread only
         self._start_worker("prism-replay")  # nothing to load: ready at once
 
-    @classmethod
-    def from_paths(cls, *paths: Path | str, speed: float | None = 0.0) -> ReplayEngine:
-        return cls(paths, speed=speed)
-
     @property
     def outputs(self) -> list[str]:
         return [o.text for o in self._outputs]
