@@ -17,6 +17,7 @@ import asyncio
 import ipaddress
 import os
 
+from app.api.guard import api_key_arg, positive_int
 from app.config import add_engine_arguments, build_service
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
@@ -26,12 +27,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; others need --api-key)")
     p.add_argument("--port", type=int, default=8421, help="port (default 8421)")
-    p.add_argument("--api-key", default=os.environ.get("PRISM_API_KEY"),
+    p.add_argument("--api-key", default=os.environ.get("PRISM_API_KEY"), type=api_key_arg,
                    help="require this key (Authorization: Bearer KEY or x-api-key: KEY); "
                    "default: $PRISM_API_KEY")
     p.add_argument("--reasoning-field", choices=REASONING_FIELDS, default="reasoning_content",
                    help="where OpenAI chat replies put the thinking (default reasoning_content)")
-    p.add_argument("--max-queue", type=int, default=16,
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests whose Host header names NAME (repeatable; "
+                   "default: only the bound address, localhost, 127.0.0.1 and [::1])")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (e.g. http://localhost:3000) call the "
+                   "server from a browser (repeatable; default: none)")
+    p.add_argument("--max-queue", type=positive_int, default=16,
                    help="waiting requests before new ones get 429 (default 16)")
     p.add_argument("--model-name", default="",
                    help="the model id /v1/models reports (default: the pack's name)")
@@ -68,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         api_key=args.api_key or None,
+        allowed_hosts=tuple(args.allow_host),
+        cors_origins=tuple(args.cors_origin),
         reasoning_field=args.reasoning_field,
         max_queue=args.max_queue,
         model_name=args.model_name,

@@ -30,9 +30,11 @@ log = logging.getLogger("prism")
 KINDS: dict[str, tuple[int, str, str]] = {
     "invalid_request": (400, "invalid_request_error", "invalid_request_error"),
     "authentication": (401, "authentication_error", "authentication_error"),
+    "forbidden": (403, "permission_error", "permission_error"),
     "not_found": (404, "not_found_error", "not_found_error"),
     "method_not_allowed": (405, "invalid_request_error", "invalid_request_error"),
     "too_large": (413, "invalid_request_error", "request_too_large"),
+    "unsupported_media_type": (415, "invalid_request_error", "invalid_request_error"),
     "rate_limit": (429, "rate_limit_error", "rate_limit_error"),
     "server": (500, "server_error", "api_error"),
     "unavailable": (503, "unavailable_error", "overloaded_error"),

@@ -1,16 +1,12 @@
 """The FastAPI app and the uvicorn server around it.
 
-Owns `create_app(state)` (every router, the API-key and body-size guard, the error handlers,
+Owns `create_app(state)` (every router, the request guard, the error handlers,
 /health and /props), `make_server` and `serve` (uvicorn in the *current* asyncio loop, so the
 GUI runs it inside its qasync loop and the CLI inside asyncio.run), and `ServerThread` (the
 same server in a thread with its own loop, for tests and benchmarks). No Qt here.
 
-The guard is plain ASGI middleware, not BaseHTTPMiddleware: the latter wraps streaming
-responses in a way that delays disconnect detection, and a client that leaves must cancel its
-job at once. With `config.api_key`, every path but /health needs `Authorization: Bearer KEY`
-or `x-api-key: KEY` (OpenAI and Anthropic SDKs send one or the other). Bodies over
-`config.max_body_bytes` get 413: at once when Content-Length says so, else when the count
-passes the limit while reading.
+Every request first passes `app.api.guard.Guard` (Host, Origin/CORS, API key, Content-Type,
+body size).
 
 Threads: the routes run on the loop's thread; the engine's callbacks reach them through
 `Run.stream()` (call_soon_threadsafe).
@@ -19,12 +15,12 @@ Threads: the routes run on the loop's thread; the engine's callbacks reach them 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import socket
 import threading
 import time
 from contextlib import asynccontextmanager
 from importlib import metadata
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -33,9 +29,10 @@ from fastapi.responses import JSONResponse
 from app.api import anthropic, errors, openai, responses, runs
 from app.api import metrics as metrics_api
 from app.api.errors import APIError, error_response
+from app.api.guard import Guard
+from app.api.listen import HeaderTimeoutH11
 from app.api.state import AppState, get_state
 
-OPEN_PATHS = frozenset({"/health", "/v1/health"})
 
 
 def version() -> str:
@@ -43,59 +40,6 @@ def version() -> str:
         return metadata.version("prism-inspector")
     except metadata.PackageNotFoundError:
         return "0"
-
-
-class Guard:
-    """ASGI middleware: API key, then body size, before any route runs."""
-
-    def __init__(self, app, state: AppState) -> None:
-        self.app = app
-        self.state = state
-
-    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        key = self.state.config.api_key
-        if not key:
-            return True
-        given = headers.get(b"x-api-key", b"").decode("latin-1")
-        auth = headers.get(b"authorization", b"").decode("latin-1")
-        if auth[:7].lower() == "bearer ":
-            given = given or auth[7:].strip()
-        return bool(given) and secrets.compare_digest(given.encode(), key.encode())
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        path = scope["path"]
-        headers = dict(scope["headers"])
-        if path not in OPEN_PATHS and not self._authorized(headers):
-            err = APIError("authentication", "Invalid or missing API key: send it as "
-                           "'Authorization: Bearer KEY' or 'x-api-key: KEY'",
-                           code="invalid_api_key")
-            await error_response(path, err)(scope, receive, send)
-            return
-        limit = self.state.config.max_body_bytes
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            await error_response(path, _too_large(limit))(scope, receive, send)
-            return
-        seen = 0
-
-        async def counting_receive():
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise _too_large(limit)
-            return message
-
-        await self.app(scope, counting_receive, send)
-
-
-def _too_large(limit: int) -> APIError:
-    return APIError("too_large", f"The request body is larger than this server accepts "
-                    f"({limit} bytes)", code="request_too_large")
 
 
 def create_app(state: AppState) -> FastAPI:
@@ -154,7 +98,7 @@ async def props(request: Request):
                        "min_p": 0.05, "repeat_penalty": 1.0},
         },
         "total_slots": 1,
-        "model_path": str(pack.gguf or ""),
+        "model_path": Path(pack.gguf).name if pack.gguf else "",  # never the user's dirs
         "model_alias": openai.served_model(state),
         "chat_template": pack.template,
         "bos_token": pack.bos_token,
@@ -174,7 +118,7 @@ def make_server(state: AppState, host: str | None = None, port: int | None = Non
         host=host or state.config.host,
         port=state.config.port if port is None else port,
         log_level=log_level,
-        http="h11",
+        http=HeaderTimeoutH11,  # h11 plus a deadline for request heads (listen.py)
         lifespan="on",
         timeout_graceful_shutdown=2,
     )

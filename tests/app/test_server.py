@@ -57,7 +57,8 @@ def test_bad_json_in_both_dialects(serve):
     r = http.post("/v1/chat/completions", content=b"{not json",
                   headers={"content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
-    r = http.post("/v1/messages", content=b"[1, 2]")
+    r = http.post("/v1/messages", content=b"[1, 2]",
+                  headers={"content-type": "application/json"})
     assert r.status_code == 400
     assert r.json() == {"type": "error", "error": {
         "type": "invalid_request_error", "message": "The request body must be a JSON object"}}
@@ -144,7 +145,8 @@ def test_huge_body_is_413(serve):
             yield b"y" * 1000
         yield b'"}]}'
 
-    r = live.http().post("/v1/chat/completions", content=chunks())
+    r = live.http().post("/v1/chat/completions", content=chunks(),
+                         headers={"content-type": "application/json"})
     assert r.status_code == 413
     assert live.runs == []
 
