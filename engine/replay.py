@@ -26,9 +26,10 @@ strings are applied as the live engine does (engine.llama.StopGate).
 from __future__ import annotations
 
 import re
+import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,8 @@ class ReplayEngine(QueuedEngine):
         speed: float | None = 0.0,
         name: str | None = None,
         n_ctx: int = 1 << 20,
+        clock: Callable[[], float] = time.perf_counter,
+        pause: Callable[[threading.Event, float], object] = threading.Event.wait,
     ):
         outputs: list[ReplayOutput] = []
         models: list[str] = []
@@ -106,6 +109,10 @@ class ReplayEngine(QueuedEngine):
         self.name = name or (models[0] if models else "replay")
         self.n_ctx = n_ctx
         self.speed = speed
+        # Injected so tests run the pacing on a clock of their own: `pause(cancelled, s)`
+        # waits up to s seconds of `clock` and returns early once `cancelled` is set.
+        self.clock = clock
+        self.pause = pause
         self._served = 0  # worker thread only
         self._start_worker("prism-replay")  # nothing to load: ready at once
 
@@ -118,6 +125,11 @@ class ReplayEngine(QueuedEngine):
     def tokenize(self, text: str) -> list[int]:
         return [_piece_id(p) for p in split_text(text)]
 
+    def submit(self, job: Job) -> None:
+        if not job.submitted_at:
+            job.submitted_at = self.clock()  # queue time on the engine's own clock
+        super().submit(job)
+
     # -- worker thread ---------------------------------------------------------------------
 
     def _serve(self, job: Job) -> None:
@@ -126,7 +138,8 @@ class ReplayEngine(QueuedEngine):
         self._play(job, out)
 
     def _play(self, job: Job, out: ReplayOutput) -> None:
-        start = time.perf_counter()
+        clock = self.clock
+        start = clock()
         submitted = job.submitted_at or start
         gate = StopGate(job.stop)
         reason, error = out.reason, out.error
@@ -139,11 +152,11 @@ class ReplayEngine(QueuedEngine):
             speed = self.speed
             if speed and speed > 0:
                 # Waiting on the cancel event, so a cancel interrupts the pause at once.
-                job.cancelled.wait(max(0.0, start + tok.t / speed - time.perf_counter()))
+                self.pause(job.cancelled, max(0.0, start + tok.t / speed - clock()))
             if job.cancelled.is_set():
                 reason, error = "cancelled", None
                 break
-            now = time.perf_counter()
+            now = clock()
             t_first = t_first or now
             n_out += 1
             for ready in gate.push(tok.id, tok.text.encode("utf-8"), now, tok.top):
@@ -153,7 +166,7 @@ class ReplayEngine(QueuedEngine):
                 break
         for ready in gate.finish():
             job.on_token(ready)
-        end = time.perf_counter()
+        end = clock()
         t_first = t_first or end
         self._finish(
             job,

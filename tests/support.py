@@ -4,13 +4,15 @@
   thinking (tests/fixtures/recorded_tool_call_in_thinking.json, the one copy).
 - `wait_until()` / `until()`: poll a condition against a deadline, blocking or in an asyncio
   loop, failing with what was awaited.
-- `Clock`: a clock the test moves by hand, for the engines and models that take one.
+- `Clock`: a clock the test moves by hand (or the replay engine moves by pausing), for the
+  engines and models that take one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,3 +57,9 @@ class Clock:
 
     def advance(self, dt: float) -> None:
         self.now += dt
+
+    def pause(self, cancelled: threading.Event, seconds: float) -> bool:
+        """A wait on this clock (ReplayEngine's `pause`): time jumps ahead, unless cancelled."""
+        if not cancelled.is_set():
+            self.now += seconds
+        return cancelled.is_set()

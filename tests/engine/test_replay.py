@@ -1,9 +1,13 @@
-"""engine/replay.py: plain text and recorded sources, pacing, cancel, repeat, max_tokens."""
+"""engine/replay.py: plain text and recorded sources, pacing, cancel, repeat, max_tokens.
+
+The engine runs on a clock of the test's (`Pacer`): time moves only when the engine pauses
+between tokens, so pacing is asserted exactly, and a test that must catch the engine inside a
+pause holds it there instead of sleeping and hoping.
+"""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +16,7 @@ import pytest
 from engine.base import Finish, Job, Timings, Token
 from engine.recording import Recorder
 from engine.replay import ReplayEngine, split_text
+from tests.support import Clock
 
 TEXT = "<think>\nThe user greets me. 🙂 Reply briefly.\n</think>\n\nHello there, friend!  \n"
 
@@ -74,12 +79,40 @@ def recording(tmp_path: Path) -> Path:
     return p
 
 
+class Pacer(Clock):
+    """The engine's clock and pause. Pauses move the time ahead at once; after `hold()`, a
+    pause first waits (on the real clock) until `release()` or its job is cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = threading.Event()  # set once the engine is inside a pause
+        self._go = threading.Event()
+        self._go.set()
+
+    def hold(self) -> None:
+        self._go.clear()
+
+    def release(self) -> None:
+        self._go.set()
+
+    def pause(self, cancelled: threading.Event, seconds: float) -> bool:
+        self.paused.set()
+        while not self._go.wait(0.005) and not cancelled.is_set():
+            pass
+        return super().pause(cancelled, seconds)
+
+
 @pytest.fixture
-def make() -> Iterator:
+def pacer() -> Pacer:
+    return Pacer()
+
+
+@pytest.fixture
+def make(pacer: Pacer) -> Iterator:
     engines: list[ReplayEngine] = []
 
     def factory(*sources: Path, speed: float | None = 0.0) -> ReplayEngine:
-        e = ReplayEngine(sources, speed=speed)
+        e = ReplayEngine(sources, speed=speed, clock=pacer, pause=pacer.pause)
         engines.append(e)
         return e
 
@@ -126,60 +159,73 @@ def test_last_source_repeats(make, text_file: Path, recording: Path) -> None:
     assert texts == ["abcd", "xyz", TEXT, TEXT, TEXT]
 
 
-def test_fifo_when_queued_at_once(make, recording: Path) -> None:
+def test_fifo_when_queued_at_once(make, pacer: Pacer, recording: Path) -> None:
     eng = make(recording, speed=10.0)
     order: list[str] = []
     a, b = Collector(), Collector()
     a.job.on_finish = lambda f: (order.append("a"), a._finished(f))
     b.job.on_finish = lambda f: (order.append("b"), b._finished(f))
+    pacer.hold()  # a stays in its first pause, so b is still queued when looked at
     eng.submit(a.job)
     eng.submit(b.job)
-    assert eng.queue_depth() >= 1
+    assert pacer.paused.wait(5)
+    assert eng.queue_depth() == 1
+    pacer.release()
     b.wait()
     a.wait()
     assert order == ["a", "b"]
     assert (a.text, b.text) == ("abcd", "xyz")
-    assert b.finish.timings.queue_ms > 0
+    # b waited while a played its 0.2 s of recording at 10x
+    assert b.finish.timings.queue_ms == pytest.approx(20)
 
 
 def test_instant_vs_paced(make, recording: Path) -> None:
     instant = run(make(recording, speed=0.0))
-    assert instant.finish.timings.ttft_ms < 50
-    eng = make(recording, speed=1.0)
-    t0 = time.perf_counter()
-    paced = run(eng)
-    elapsed = time.perf_counter() - t0
-    assert 0.18 <= elapsed < 0.6  # tokens at 0.1 s and 0.2 s
+    assert instant.finish.timings.ttft_ms == 0
+    assert instant.tokens[0].t == instant.tokens[1].t  # no pause at all
+    paced = run(make(recording, speed=1.0))
     gap = paced.tokens[1].t - paced.tokens[0].t
-    assert gap == pytest.approx(0.1, abs=0.05)
-    assert paced.finish.timings.ttft_ms == pytest.approx(100, abs=50)
-    fast = make(recording, speed=4.0)
-    t0 = time.perf_counter()
-    run(fast)
-    assert time.perf_counter() - t0 < 0.15  # 0.2 s of recording at 4x is 0.05 s
+    assert gap == pytest.approx(0.1)  # tokens recorded at 0.1 s and 0.2 s
+    assert paced.finish.timings.ttft_ms == pytest.approx(100)
+    assert paced.finish.timings.decode_ms == pytest.approx(100)
+    fast = run(make(recording, speed=4.0))
+    assert fast.finish.timings.ttft_ms == pytest.approx(25)
+    assert fast.tokens[1].t - fast.tokens[0].t == pytest.approx(0.025)
 
 
 def test_plain_text_nominal_pace(make, text_file: Path) -> None:
     eng = make(text_file, speed=10.0)  # 50 tok/s x 10
     c = run(eng)
     n = len(c.tokens)
-    span = c.tokens[-1].t - c.tokens[0].t
-    assert span == pytest.approx((n - 1) / 500, rel=0.5, abs=0.02)
+    assert c.tokens[-1].t - c.tokens[0].t == pytest.approx((n - 1) / 500)
 
 
-def test_cancel_mid_output(make, text_file: Path) -> None:
-    eng = make(text_file, speed=1.0)  # 50 tok/s
+def test_cancel_between_tokens(make, text_file: Path) -> None:
+    eng = make(text_file, speed=1.0)
     c = Collector()
+
+    def take(tok: Token) -> None:
+        c.tokens.append(tok)
+        if len(c.tokens) == 3:
+            c.job.cancel()
+
+    c.job.on_token = take
     eng.submit(c.job)
-    deadline = time.monotonic() + 5
-    while len(c.tokens) < 3 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    c.job.cancel()
     fin = c.wait()
     assert fin.reason == "cancelled"
-    assert 3 <= len(c.tokens) <= 5
-    assert fin.timings.output_tokens == len(c.tokens)
+    assert len(c.tokens) == 3 == fin.timings.output_tokens
     assert TEXT.startswith(c.text)
+
+
+def test_cancel_interrupts_the_pause(make, pacer: Pacer, text_file: Path) -> None:
+    eng = make(text_file, speed=1.0)
+    pacer.hold()
+    c = Collector()
+    eng.submit(c.job)
+    assert pacer.paused.wait(5)  # waiting for its first token
+    c.job.cancel()
+    fin = c.wait()
+    assert fin.reason == "cancelled" and c.tokens == []
 
 
 def test_max_tokens_gives_length(make, text_file: Path) -> None:
@@ -197,12 +243,13 @@ def test_stop_strings(make, text_file: Path) -> None:
     assert c.text == TEXT[: TEXT.index("</think>")]
 
 
-def test_close_cancels_waiting_jobs(make, text_file: Path) -> None:
-    eng = make(text_file, speed=0.5)
+def test_close_cancels_running_and_waiting_jobs(make, pacer: Pacer, text_file: Path) -> None:
+    eng = make(text_file, speed=1.0)
+    pacer.hold()
     running, waiting = Collector(), Collector()
     eng.submit(running.job)
     eng.submit(waiting.job)
-    time.sleep(0.05)
+    assert pacer.paused.wait(5)  # the first job is inside its pause, the second queued
     eng.close()
     assert running.wait().reason == "cancelled"
     assert waiting.wait().reason == "cancelled"
