@@ -21,17 +21,26 @@ PIECES = [
     '{"name": "f", "arguments": {"a": [1, "x"]}}', '{"name"', '{"name": "g", "arguments": ',
     '"s\\n\\u00e9"', "}", "{", "```", "~~~", "`", "``", ">", "<", "\n", "\n\n", " ", "   ",
     "x", "hello world", "é", "😀", '"', ":", "42", "true", "</", "<tool", "</thi",
+    # issue 11: drifted closers, Python literals, null, a parameter no schema declares
+    "</parameter1>", "</parameter", "</parameter_x>", "True", "None", "{'k': (1,)}", "null",
+    "<parameter=z>", "[",
 ]
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
     "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}}}]
+# The same names typed through unions and $refs: Optional[str] streams once it cannot be null.
+UNION_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object",
+    "properties": {"a": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                   "b": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]}},
+    "$defs": {"B": {"type": ["object", "array", "integer"]}}}}}]
 
 texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 chunkings = st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=200)
 options = st.fixed_dictionaries({
     "start": st.sampled_from(["reasoning", "content"]),
     "dialect": st.sampled_from(["auto", "qwen-xml", "hermes-json"]),
-    "tools": st.sampled_from([(), TOOLS]),
+    "tools": st.sampled_from([(), TOOLS, UNION_TOOLS]),
 })
 
 # Example counts and CI derandomization come from the profiles in tests/conftest.py.
@@ -73,3 +82,33 @@ def test_arbitrary_text_is_accounted_for(text, chunks):
         events = run(text, chunks, start=start)
         check_invariants(text, events)
         assert merge(events) == merge(run(text, start=start))
+
+
+# Whole Qwen XML calls built from the shapes models write (issue 11): exact, drifted and missing
+# closers, values that look like tags or literals, with and without `<tool_call>`.
+VALUE_PIECES = ["x", "42", "null", "nul", "True", "{'k': 1}", '{"k": [1]}', "[", "\n", " ",
+                "<p>", "</parameter>", "</parameterX>", "<parameter=z>", "é", "<", "</"]
+CLOSERS = ["</parameter>", "</parameter1>", "</parameter_function>", "</parameter", ""]
+values = st.lists(st.sampled_from(VALUE_PIECES), max_size=6).map("".join)
+params = st.tuples(st.sampled_from(["a", "b", "z"]), values, st.sampled_from(CLOSERS))
+calls = st.builds(
+    lambda opener, ps, end, before, after: (
+        before + opener + "<function=f>\n"
+        + "".join(f"<parameter={k}>\n{v}\n{c}\n" for k, v, c in ps)
+        + "</function>" + end + after),
+    st.sampled_from(["<tool_call>\n", "\n", ""]),
+    st.lists(params, max_size=3),
+    st.sampled_from(["\n</tool_call>", "", "\n</tool_"]),
+    st.sampled_from(["", "Sure.\n", "`x`\n", "```\n"]),
+    st.sampled_from(["", "\nDone.", "\n<function=f>\n</function>"]),
+)
+
+
+@given(text=calls, chunks=chunkings, opts=options, stream=st.booleans())
+def test_call_shapes_chunking_never_changes_events(text, chunks, opts, stream):
+    whole = run(text, stream_tools=stream, **opts)
+    pieces = run(text, chunks, stream_tools=stream, **opts)
+    check_invariants(text, whole)
+    check_invariants(text, pieces)
+    assert merge(pieces) == merge(whole)
+    assert result_of(whole) == result_of(run(text, stream_tools=not stream, **opts))
