@@ -11,6 +11,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from app import upstream
 from engine.metrics import Metrics
 from engine.packs import PackError, resolve_pack
 from engine.recording import Recorder, default_session_path
@@ -37,6 +38,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="layers to offload to Metal/CUDA when llama-cpp-python was built for it")
     p.add_argument("--no-record", action="store_true", help="do not record requests")
     p.add_argument("--record-to", type=Path, help="session file (default: the user data dir)")
+    upstream.add_arguments(p)
 
 
 def resolve(args: argparse.Namespace):
@@ -50,8 +52,10 @@ def resolve(args: argparse.Namespace):
 
 def build_service(args: argparse.Namespace) -> Service:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    pack = resolve(args)
-    if args.replay:
+    pack = None if args.upstream else resolve(args)
+    if args.upstream:
+        engine, pack = upstream.build_upstream(args)
+    elif args.replay:
         from engine.replay import ReplayEngine
 
         engine = ReplayEngine([Path(f) for f in args.replay], speed=args.replay_speed)
@@ -66,5 +70,6 @@ def build_service(args: argparse.Namespace) -> Service:
     recorder = None
     if not args.no_record:
         recorder = Recorder(args.record_to or default_session_path(),
-                            model=engine.name, pack=pack.name)
+                            model=engine.name, pack=pack.name,
+                            upstream=engine.base if args.upstream else "")
     return Service(engine, pack, metrics=Metrics(engine), recorder=recorder)

@@ -67,6 +67,8 @@ def check_host(host: str, api_key: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_host(args.host, args.api_key)
+    if args.tap and not args.upstream:
+        raise SystemExit("prism serve: --tap forwards to an upstream; give --upstream URL too")
     from app.api.server import serve
     from app.api.state import AppState, ServerConfig
 
@@ -78,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts=tuple(args.allow_host),
         cors_origins=tuple(args.cors_origin),
         reasoning_field=args.reasoning_field,
-        max_queue=args.max_queue,
-        model_name=args.model_name,
+        # --upstream: nothing waits here; the limit is on requests in flight at the upstream.
+        max_queue=args.upstream_max_inflight if args.upstream else args.max_queue,
+        model_name=args.model_name or (service.engine.name if args.upstream else ""),
+        tap=args.tap,
     )
     state = AppState(service=service, config=config)
     print(f"prism: serving {service.engine.name} ({service.pack.name}) on "

@@ -50,6 +50,7 @@ class Finish:
     timings: Timings
     error: str | None = None
     stop_sequence: str | None = None  # the stop string that ended the job, if one did
+    status: int | None = None  # an "error" that stands for an HTTP status (an upstream's)
 
 
 @dataclass(eq=False)

@@ -144,7 +144,8 @@ class Recorder:
     request's t0 (by default, the moment `request()` was called).
     """
 
-    def __init__(self, path: Path | str | None = None, *, model: str = "", pack: str = ""):
+    def __init__(self, path: Path | str | None = None, *, model: str = "", pack: str = "",
+                 upstream: str = ""):
         if path is None:
             path = default_session_path()
             # Two sessions started in the same second must not share (and clobber) a file.
@@ -160,7 +161,10 @@ class Recorder:
         self._file = self.path.open("w", encoding="utf-8")
         created = _dt.datetime.now(_dt.UTC).astimezone().isoformat(timespec="seconds")
         self._write(
-            {"format": FORMAT, "version": VERSION, "created": created, "model": model, "pack": pack}
+            {"format": FORMAT, "version": VERSION, "created": created, "model": model, "pack": pack,
+             # --upstream: the server that generated (its times to first token include the
+             # network to it)
+             **({"upstream": upstream, "ttft_includes_network": True} if upstream else {})}
         )
 
     def _write(self, record: dict) -> None:

@@ -38,8 +38,16 @@ KINDS: dict[str, tuple[int, str, str]] = {
     "rate_limit": (429, "rate_limit_error", "rate_limit_error"),
     "server": (500, "server_error", "api_error"),
     "unavailable": (503, "unavailable_error", "overloaded_error"),
+    "bad_gateway": (502, "upstream_error", "api_error"),  # --upstream: it failed or is gone
+    "gateway_timeout": (504, "upstream_error", "api_error"),  # --upstream: it timed out
 }
 _BY_STATUS = {status: kind for kind, (status, _, _) in KINDS.items()}
+
+
+def kind_for_status(status: int) -> str:
+    """The kind an HTTP status stands for (an upstream's answer): unknown 4xx are invalid
+    requests, unknown 5xx server errors."""
+    return _BY_STATUS.get(status) or ("invalid_request" if status < 500 else "server")
 
 
 class APIError(Exception):

@@ -17,7 +17,7 @@ import math
 
 from fastapi import Request
 
-from app.api.errors import APIError, from_exception
+from app.api.errors import APIError, from_exception, kind_for_status
 from app.api.state import AppState
 from engine.events import REASONING
 from engine.request import ChatRequest
@@ -101,6 +101,8 @@ def run_error(run: Run) -> APIError | None:
         return None
     if fin.reason == "cancelled":
         return APIError("unavailable", "the request was cancelled before it finished")
+    if fin.status:  # an upstream's answer (engine/upstream.py): its status, its message
+        return APIError(kind_for_status(fin.status), fin.error or f"HTTP {fin.status}")
     return APIError("server", f"generation failed: {fin.error or 'unknown error'}")
 
 

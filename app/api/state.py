@@ -25,6 +25,7 @@ class ServerConfig:
     model_name: str = ""  # the name /v1/models reports; any name is served by it
     allowed_hosts: tuple[str, ...] = ()  # Host names served besides the bound address
     cors_origins: tuple[str, ...] = ()  # web origins allowed to call (CORS); none by default
+    tap: bool = False  # --tap: chat APIs forwarded to the upstream as they are (app/api/tap.py)
 
 
 @dataclass

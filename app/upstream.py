@@ -1,0 +1,94 @@
+"""`--upstream URL`: the command-line options and wiring for a remote engine.
+
+Owns `add_arguments` (the upstream flags, shared by `gui` and `serve`) and `build_upstream`,
+which starts an `UpstreamEngine` (engine/upstream.py), waits briefly for its first answer, and
+picks the chat template Prism renders with: `--template FILE`, else the `--pack`'s, else the
+one the upstream publishes (llama.cpp's server and Prism give it in `GET /props`), the tool-call
+dialect and the thinking default detected from it as for a GGUF. With `--tap` no template is
+needed (requests are forwarded as they are), only a dialect to re-read the upstream's output.
+Runs on the main thread at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from engine.packs import Pack, PackError, guess_dialect, resolve_pack
+from engine.upstream import UpstreamEngine
+
+log = logging.getLogger("prism")
+FIRST_ANSWER_S = 15.0  # how long start-up waits for the upstream's model list and /props
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("a remote engine (vLLM, SGLang, llama.cpp's server, Ollama, Prism)")
+    g.add_argument("--upstream", metavar="URL",
+                   help="generate on this OpenAI-compatible server (http://host:8000/v1): Prism "
+                   "renders the template, sends the prompt to its /v1/completions and parses")
+    g.add_argument("--upstream-key", default=os.environ.get("PRISM_UPSTREAM_KEY"),
+                   help="API key for the upstream (default: $PRISM_UPSTREAM_KEY)")
+    g.add_argument("--upstream-model", help="the upstream's model id (default: the first one "
+                   "its /v1/models lists)")
+    g.add_argument("--upstream-max-inflight", type=int, default=16,
+                   help="requests in flight at the upstream before new ones get 429 (default 16)")
+    g.add_argument("--upstream-timeout", type=float, default=600.0,
+                   help="seconds to wait for the upstream's next byte (default 600)")
+    g.add_argument("--template", type=Path, metavar="FILE",
+                   help="render with this Jinja chat template (with --upstream: instead of the "
+                   "pack's or the upstream's own)")
+    g.add_argument("--tap", action="store_true",
+                   help="with --upstream: forward chat, messages and responses requests "
+                   "unchanged and record the upstream's own parsing (see README)")
+
+
+def template_pack(name: str, template: str, origin: str, *, bos: str = "",
+                  eos: str = "") -> Pack:
+    """A pack made of a template alone: dialect and thinking guessed from its text."""
+    return Pack(name=name, gguf=None, template=template, dialect=guess_dialect(template),
+                thinking="<think>" in template, bos_token=bos, eos_token=eos,
+                template_origin=origin, description=f"a remote model, template from {origin}")
+
+
+def upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
+    info, name = engine.info, engine.name
+    template = None
+    if args.template is not None:
+        try:
+            template = args.template.read_text(encoding="utf-8")
+        except OSError as e:
+            raise SystemExit(f"prism: cannot read --template {args.template}: {e}") from None
+    if args.pack:
+        try:
+            pack = resolve_pack(args.pack, require_model=False)
+        except PackError as e:
+            raise SystemExit(f"prism: {e}") from None
+        if template is not None:
+            pack = replace(pack, template=template, template_origin=str(args.template))
+        return replace(pack, gguf=None)
+    if template is not None:
+        return template_pack(name, template, str(args.template))
+    if info.chat_template:
+        return template_pack(name, info.chat_template, f"GET {engine.root}/props",
+                             bos=info.bos_token, eos=info.eos_token)
+    if args.tap:  # nothing to render; the re-reading takes either call syntax
+        return Pack(name=name, gguf=None, template="", dialect="auto",
+                    template_origin="none (--tap forwards requests as they are)")
+    raise SystemExit(
+        f"prism: {engine.base} publishes no chat template (only llama.cpp's server and Prism "
+        "do, in /props); pass --pack NAME (qwen3-xml, qwen3-hermes, ...) or --template FILE")
+
+
+def build_upstream(args: argparse.Namespace) -> tuple[UpstreamEngine, Pack]:
+    if args.replay or args.model:
+        raise SystemExit("prism: --upstream generates remotely; it takes no --model or --replay")
+    engine = UpstreamEngine(args.upstream, api_key=args.upstream_key,
+                            model=args.upstream_model, timeout=args.upstream_timeout)
+    engine.ready.wait(FIRST_ANSWER_S)
+    if engine.load_error:
+        # Start anyway: /health says why, and the first request that gets through works.
+        log.warning("[prism] %s", engine.load_error)
+    return engine, upstream_pack(args, engine)
