@@ -75,13 +75,11 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
     items = []
     for req in session.requests:
         body = req.request or {}
-        # The parser's dialect as recorded; older files only name the API dialect (or, in
-        # early ones, the parser's), so fall back to the header's pack.
-        dialect = next((d for d in (req.parser_dialect, req.dialect) if d in dialects.NAMES),
-                       pack_dialect)
+        # The parser's dialect as recorded; files that do not name it fall back to the pack's.
+        dialect = req.dialect if req.dialect in dialects.NAMES else pack_dialect
         track = Track(
             id=req.id,
-            source=str(body.get("dialect") or "replay"),
+            source=req.api or "replay",
             model=str(body.get("model") or session.model),
             prompt=req.prompt,
             prompt_tokens=req.timings.prompt_tokens if req.timings else 0,

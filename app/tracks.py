@@ -314,7 +314,7 @@ class LiveFeed:
         engine = getattr(self.service, "engine", None)
         return Track(
             id=run.id,
-            source=req.dialect,
+            source=req.api,
             model=req.model or getattr(engine, "name", ""),
             prompt=run.prompt,
             prompt_tokens=run.prompt_tokens,

@@ -13,7 +13,7 @@ generation, and decays to 0 once tokens stop.
 
 Logging (logger "prism"): one line per implicit end of thinking, and one summary per request:
     [prism] implicit end of thinking: <id> <first 80 chars of the reasoning tail...>
-    [prism] <id> <dialect> <finish> prompt=N out=N ttft=Xms tps=Y anomalies=...
+    [prism] <id> <api> <finish> prompt=N out=N ttft=Xms tps=Y anomalies=...
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ SERIES = ("tokens_per_s", "ttft_ms", "queue_depth", *(f"anomalies.{k}" for k in 
 @dataclass
 class _Request:
     id: str
-    dialect: str
+    api: str
     model: str
     prompt_tokens: int
     started: float
@@ -52,7 +52,7 @@ class _Request:
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "dialect": self.dialect,
+            "api": self.api,
             "model": self.model,
             "state": self.state,
             "prompt_tokens": self.prompt_tokens,
@@ -106,7 +106,7 @@ class Metrics:
     # -- observers -------------------------------------------------------------------------
 
     def add_observer(self, obj: Any) -> None:
-        """obj may define on_request_started(id, dialect, model, prompt_tokens),
+        """obj may define on_request_started(id, api, model, prompt_tokens),
         on_token(id, t, gap_s | None), on_anomaly(id, kind),
         on_request_finished(id, finish_reason, timings, latency_s)."""
         with self._lock:
@@ -131,16 +131,16 @@ class Metrics:
     # -- writers (engine / service thread) -------------------------------------------------
 
     def request_started(
-        self, id: str, dialect: str, model: str, prompt_tokens: int, t: float | None = None
+        self, id: str, api: str, model: str, prompt_tokens: int, t: float | None = None
     ) -> None:
         t = time.perf_counter() if t is None else t
         with self._lock:
-            req = _Request(id, dialect, model, prompt_tokens, t)
+            req = _Request(id, api, model, prompt_tokens, t)
             self._requests.appendleft(req)
             self._live[id] = req
             self._totals["requests"] += 1
             self._add_point("queue_depth", t, self._queue_depth())
-        self._notify("on_request_started", id, dialect, model, prompt_tokens)
+        self._notify("on_request_started", id, api, model, prompt_tokens)
 
     def token(self, id: str, t: float | None = None) -> None:
         t = time.perf_counter() if t is None else t
@@ -216,7 +216,7 @@ class Metrics:
         log.info(
             "[prism] %s %s %s prompt=%d out=%d ttft=%.0fms tps=%.1f anomalies=%s",
             id,
-            summary["dialect"] or "-",
+            summary["api"] or "-",
             finish_reason,
             summary["prompt_tokens"],
             summary["output_tokens"],

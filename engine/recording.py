@@ -10,8 +10,8 @@ lose the tail.
 Format, version 1 (one JSON object per line):
 
     {"format": "prism-session", "version": 1, "created": iso8601, "model": str, "pack": str}
-    {"type": "request", "id", "t", "request": {...}, "prompt", "start_state", "dialect",
-     "stream_tools", "tools": [...]}
+    {"type": "request", "id", "t", "request": {...}, "prompt", "start_state", "api",
+     "dialect", "stream_tools", "tools": [...]}
     {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]]}
     {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"]}
 
@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import Finish, Timings, Token
+from engine.dialects import NAMES as DIALECTS
 from engine.events import ParseResult
-from engine.request import ChatRequest, Message, Sampling
+from engine.request import STREAM_TOOLS, ChatRequest, Message, Sampling
 
 log = logging.getLogger("prism")
 
@@ -63,11 +64,11 @@ class RecordedRequest:
     finish: str | None = None  # None: the file ends before this request finished
     timings: Timings | None = None
     result: dict | None = None
-    dialect: str = ""  # the API dialect the request came in (openai, anthropic, gui, ...)
-    stream_tools: bool = True
+    api: str = ""  # the client the request came from (openai, anthropic, gui, ...)
+    stream_tools: bool = STREAM_TOOLS
     tools: tuple[dict, ...] = ()
     t: float = 0.0
-    parser_dialect: str = ""  # the tool-call dialect it was parsed with ("" in older files)
+    dialect: str = ""  # the tool-call dialect it was parsed with ("" in older files)
     error: str | None = None
 
     @property
@@ -119,10 +120,25 @@ def request_from_dict(d: dict) -> ChatRequest:
         for m in d.pop("messages", ())
     )
     sampling = Sampling(**d.pop("sampling", {}))
+    if "dialect" in d:  # files before the rename named the client `dialect`
+        d.setdefault("api", d.pop("dialect"))
     for key in ("tools", "stop"):
         if key in d:
             d[key] = tuple(d[key])
     return ChatRequest(messages=messages, sampling=sampling, **d)
+
+
+def _api_and_dialect(rec: dict) -> dict[str, str]:
+    """A request record's client (`api`) and tool-call dialect. Files written before the
+    client was named `api` call it `dialect` and the tool-call dialect `parser_dialect` (the
+    earliest have only `dialect`, holding the tool-call dialect)."""
+    if "api" in rec:
+        return {"api": str(rec["api"]), "dialect": str(rec.get("dialect", ""))}
+    old = str(rec.get("dialect", ""))
+    parser = str(rec.get("parser_dialect", ""))
+    if not parser and old in DIALECTS:
+        return {"api": str(rec["request"].get("dialect", "")), "dialect": old}
+    return {"api": old, "dialect": parser}
 
 
 def _timings_to_dict(t: Timings) -> dict:
@@ -183,11 +199,11 @@ class Recorder:
         prompt: str,
         *,
         start_state: str = "content",
+        api: str = "",
         dialect: str = "",
-        stream_tools: bool = True,
+        stream_tools: bool = STREAM_TOOLS,
         tools: tuple[dict, ...] | list[dict] = (),
         t0: float | None = None,
-        parser_dialect: str = "",
     ) -> None:
         t0 = time.perf_counter() if t0 is None else t0
         with self._lock:
@@ -200,8 +216,8 @@ class Recorder:
                 "request": request_to_dict(request),
                 "prompt": prompt,
                 "start_state": start_state,
+                "api": api,
                 "dialect": dialect,
-                "parser_dialect": parser_dialect,
                 "stream_tools": stream_tools,
                 "tools": list(tools),
             }
@@ -270,9 +286,8 @@ class _Builder:
                 "request": dict(rec["request"]),
                 "prompt": str(rec["prompt"]),
                 "start_state": str(rec.get("start_state", "content")),
-                "dialect": str(rec.get("dialect", "")),
-                "parser_dialect": str(rec.get("parser_dialect", "")),
-                "stream_tools": bool(rec.get("stream_tools", True)),
+                **_api_and_dialect(rec),
+                "stream_tools": bool(rec.get("stream_tools", STREAM_TOOLS)),
                 "tools": tuple(rec.get("tools") or ()),
                 "t": float(rec.get("t", 0.0)),
             }

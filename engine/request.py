@@ -39,8 +39,15 @@ class Message:
         return d
 
 
+# Whether a request's tool calls stream (tool_start, tool_args) as they are written. Every API
+# streams them, so this is the default of a request, of its recording and of its replay.
+STREAM_TOOLS = True
+
+
 @dataclass(frozen=True, slots=True)
 class Sampling:
+    """Sampler settings. The defaults are llama.cpp server's; /props reports them."""
+
     temperature: float = 0.8
     top_p: float = 0.95
     top_k: int = 40
@@ -51,13 +58,13 @@ class Sampling:
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
-    """A chat request, whichever dialect it came in.
+    """A chat request, whichever API it came in through.
 
     tools: OpenAI-style `[{"type": "function", "function": {name, description, parameters}}]`.
     thinking: None means the pack's default.
     grammar: optional GBNF text to constrain generation (tests, structured output).
-    dialect / client: where it came from, for the request log ("openai", "anthropic",
-    "responses", "gui", "replay").
+    api: the client it came from, for the request log ("openai", "anthropic", "responses",
+    "gui", "replay"). Not to be confused with the pack's tool-call dialect.
     """
 
     messages: tuple[Message, ...]
@@ -66,9 +73,9 @@ class ChatRequest:
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     thinking: bool | None = None
-    stream_tools: bool = True
+    stream_tools: bool = STREAM_TOOLS
     grammar: str | None = None
     top_logprobs: int = 0
-    dialect: str = "openai"
+    api: str = "openai"
     model: str = ""
     add_generation_prompt: bool = True

@@ -212,12 +212,12 @@ class Service:
         job.on_token = lambda tok: self._on_token(run, tok)
         job.on_finish = lambda fin: self._on_finish(run, fin)
         run.job = job
-        run.pipeline.start(request.dialect, self.engine.name, n_prompt)
+        run.pipeline.start(request.api, self.engine.name, n_prompt)
         if self.recorder is not None:
             self.recorder.request(
-                run.id, request, prompt, start_state=run.start_state, dialect=request.dialect,
+                run.id, request, prompt, start_state=run.start_state, api=request.api,
                 stream_tools=request.stream_tools, tools=request.tools, t0=job.submitted_at,
-                parser_dialect=self.pack.dialect,
+                dialect=self.pack.dialect,
             )
         self._notify(RunUpdate(run, "start"))
         self.engine.submit(job)

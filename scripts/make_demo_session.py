@@ -91,12 +91,12 @@ def main(out: Path) -> None:
         for n, (question, tools, output) in enumerate(REQUESTS, start=1):
             history.append(Message("user", question))
             req = ChatRequest(messages=tuple(history), tools=tools, sampling=Sampling(seed=7),
-                              max_tokens=1024, thinking=True, dialect="openai", model=MODEL)
+                              max_tokens=1024, thinking=True, api="openai", model=MODEL)
             prompt = template.render(req.messages, tools=tools, enable_thinking=True)
             state = start_state(prompt)
             rid = f"demo-{n}"
             t0 = base + 4.0 * n
-            rec.request(rid, req, prompt, start_state=state, dialect=pack.dialect,
+            rec.request(rid, req, prompt, start_state=state, api="openai", dialect=pack.dialect,
                         stream_tools=True, tools=tools, t0=t0)
             parser = OutputParser(start=state, dialect=pack.dialect, tools=tools,
                                   stream_tools=True, id_prefix=f"demo{n}")

@@ -128,7 +128,7 @@ class ComposeBox(QWidget):
             max_tokens=self.max_tokens.value(),
             top_logprobs=self.top_k.value(),
             thinking=self.thinking.currentData(),
-            dialect="gui",
+            api="gui",
             model="",
         )
 

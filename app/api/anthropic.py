@@ -137,8 +137,7 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
         max_tokens=body.max_tokens,
         stop=stop_tuple(body.stop_sequences),
         thinking=thinking,
-        stream_tools=True,
-        dialect="anthropic",
+        api="anthropic",
         model=body.model,
     )
 

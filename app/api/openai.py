@@ -161,9 +161,8 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
         max_tokens=max_tokens,
         stop=stop_tuple(body.stop),
         thinking=thinking,
-        stream_tools=True,
         grammar=grammar,
-        dialect="openai",
+        api="openai",
         model=body.model,
     )
 

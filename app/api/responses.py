@@ -198,9 +198,8 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
         max_tokens=body.max_output_tokens,
         stop=stop_tuple(body.stop),
         thinking=thinking,
-        stream_tools=True,
         grammar=grammar,
-        dialect="responses",
+        api="responses",
         model=body.model,
     ), schema
 

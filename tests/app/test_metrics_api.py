@@ -45,7 +45,7 @@ def test_json_and_prometheus_after_known_traffic(serve):
     assert totals["prompt_tokens"] == sum(run.prompt_tokens for run in live.runs)
     reqs = snap["requests"]  # newest first, each with its own counts
     assert [r["id"] for r in reqs] == [run.id for run in reversed(live.runs)]
-    assert [r["dialect"] for r in reqs] == ["responses", "anthropic", "openai"]
+    assert [r["api"] for r in reqs] == ["responses", "anthropic", "openai"]
     assert [r["implicit_reasoning_ends"] for r in reqs] == [0, 0, 1]
     assert [r["anomalies"]["stray_think_end"] for r in reqs] == [0, 1, 0]
     assert snap["live"]["queue_depth"] == 0

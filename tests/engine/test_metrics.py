@@ -12,8 +12,8 @@ from engine.events import ANOMALY_KINDS
 from engine.metrics import SERIES, Metrics
 
 
-def _run(m: Metrics, rid: str, t0: float, n: int = 5, dialect: str = "openai") -> Timings:
-    m.request_started(rid, dialect, "smol", 10, t=t0)
+def _run(m: Metrics, rid: str, t0: float, n: int = 5, api: str = "openai") -> Timings:
+    m.request_started(rid, api, "smol", 10, t=t0)
     for i in range(n):
         m.token(rid, t=t0 + 0.1 + i * 0.02)
     timings = Timings(0.0, 50.0, 100.0, 80.0, 10, 2, n)
@@ -24,12 +24,12 @@ def _run(m: Metrics, rid: str, t0: float, n: int = 5, dialect: str = "openai") -
 def test_counts_and_newest_first() -> None:
     m = Metrics()
     _run(m, "a", 1.0)
-    _run(m, "b", 2.0, n=3, dialect="anthropic")
+    _run(m, "b", 2.0, n=3, api="anthropic")
     snap = m.snapshot(t=10.0)
     assert list(snap) == ["engine", "live", "requests", "totals"]
     assert [r["id"] for r in snap["requests"]] == ["b", "a"]
     b = snap["requests"][0]
-    assert b["dialect"] == "anthropic" and b["model"] == "smol"
+    assert b["api"] == "anthropic" and b["model"] == "smol"
     assert b["state"] == "done" and b["finish_reason"] == "stop"
     assert b["output_tokens"] == 3 and b["prompt_tokens"] == 10
     assert b["ttft_ms"] == 100.0

@@ -35,7 +35,8 @@ def _write_one(rec: Recorder, rid: str = "r1", t0: float = 100.0) -> None:
         REQ,
         "<prompt>",
         start_state="reasoning",
-        dialect="openai",
+        api="openai",
+        dialect="hermes-json",
         stream_tools=False,
         tools=REQ.tools,
         t0=t0,
@@ -61,7 +62,7 @@ def test_round_trip(tmp_path: Path) -> None:
     assert r.id == "r1"
     assert r.prompt == "<prompt>"
     assert r.start_state == "reasoning"
-    assert r.dialect == "openai"
+    assert r.api == "openai" and r.dialect == "hermes-json"
     assert r.stream_tools is False
     assert r.tools == REQ.tools
     assert r.text == "Hello 🙂"
@@ -179,3 +180,21 @@ def test_default_path_never_clobbers(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with Recorder() as a, Recorder() as b:
         assert a.path == fixed
         assert b.path == fixed.with_name("20250101-120000-2.jsonl")
+
+
+@pytest.mark.parametrize(("fields", "api", "dialect"), [
+    ({"api": "anthropic", "dialect": "qwen-xml"}, "anthropic", "qwen-xml"),  # this version
+    ({"dialect": "openai", "parser_dialect": "hermes-json"}, "openai", "hermes-json"),  # before
+    ({"dialect": "qwen-xml"}, "responses", "qwen-xml"),  # earliest: dialect was the parser's
+])
+def test_older_files_name_the_client_and_the_dialect_differently(tmp_path: Path, fields, api,
+                                                                  dialect) -> None:
+    header = {"format": "prism-session", "version": 1, "model": "m", "pack": "p"}
+    body = {"messages": [{"role": "user", "content": "hi"}], "dialect": "responses"}
+    rec = {"type": "request", "id": "r1", "request": body, "prompt": "p", **fields}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(rec) + "\n", encoding="utf-8")
+    (r,) = read_session(path).requests
+    assert (r.api, r.dialect) == (api, dialect)
+    # The request body of those files names its client `dialect` too.
+    assert request_from_dict(r.request).api == "responses"

@@ -40,7 +40,7 @@ def test_compose_sends_to_the_engine_and_streams_into_the_panes(qtbot, replay_se
     box = win.compose
     box.system.setPlainText("Be brief.")
     run = box.send()
-    assert run is not None and run.request.dialect == "gui"
+    assert run is not None and run.request.api == "gui"
     assert [m.role for m in run.request.messages] == ["system", "user"]
     qtbot.waitUntil(lambda: win.log.current is not None and win.log.current.status == "done",
                     timeout=5000)
