@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.request import Sampling
+
 
 @dataclass(frozen=True, slots=True)
 class Token:
@@ -62,12 +64,7 @@ class Job:
     prompt: str
     max_tokens: int | None = None
     prompt_ids: tuple[int, ...] = ()  # the prompt's tokens when the caller has them
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    seed: int | None = None
+    sampling: Sampling = field(default_factory=Sampling)
     stop: tuple[str, ...] = ()
     grammar: str | None = None
     top_logprobs: int = 0

@@ -200,13 +200,11 @@ class Service:
         if n_prompt >= n_ctx or (request.max_tokens and n_prompt + request.max_tokens > n_ctx):
             raise ContextOverflow(n_ctx, n_prompt, request.max_tokens)
         run = Run(self, request, prompt, start_state(prompt), n_prompt)
-        s = request.sampling
         max_tokens = request.max_tokens or max(1, n_ctx - n_prompt)
         job = Job(
             prompt=prompt, prompt_ids=tuple(ids), max_tokens=max_tokens,
-            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
-            repeat_penalty=s.repeat_penalty, seed=s.seed,
-            stop=request.stop, grammar=request.grammar, top_logprobs=request.top_logprobs,
+            sampling=request.sampling, stop=request.stop, grammar=request.grammar,
+            top_logprobs=request.top_logprobs,
             submitted_at=time.perf_counter(),
         )
         job.on_token = lambda tok: self._on_token(run, tok)

