@@ -11,8 +11,10 @@ created (float, ready for pyqtgraph). Live tokens/s counts the tokens of the las
 seconds: (n - 1) / (now - oldest), so it is right from the second token, follows a running
 generation, and decays to 0 once tokens stop.
 
-Logging (logger "prism"): one line per implicit end of thinking, and one summary per request:
+Logging (logger "prism"): one line per implicit end of thinking and per repaired call, and one
+summary per request:
     [prism] implicit end of thinking: <id> <first 80 chars of the reasoning tail...>
+    [prism] repaired call: <id> <what was repaired, e.g. "missing </parameter>">
     [prism] <id> <api> <finish> prompt=N out=N ttft=Xms tps=Y anomalies=...
 """
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.base import Timings
-from engine.events import ANOMALY_KINDS, IMPLICIT_REASONING_END
+from engine.events import ANOMALY_KINDS, IMPLICIT_REASONING_END, REPAIRED_CALL
 
 log = logging.getLogger("prism")
 
@@ -181,6 +183,8 @@ class Metrics:
             tail = text.replace("\n", "\\n")
             snippet = tail[:80] + ("..." if len(tail) > 80 else "")
             log.info("[prism] implicit end of thinking: %s %s", id, snippet)
+        elif kind == REPAIRED_CALL:  # nothing repaired silently: say what (issue 11)
+            log.info("[prism] repaired call: %s %s", id, text[:200])
         self._notify("on_anomaly", id, kind)
 
     def request_finished(

@@ -94,6 +94,21 @@ def test_anomalies_per_request_and_totals(caplog: pytest.LogCaptureFixture) -> N
     assert "anomalies=implicit_reasoning_end=1,stray_think_end=1" in summary[0]
 
 
+def test_repaired_call_is_counted_and_logged_with_its_repairs(
+        caplog: pytest.LogCaptureFixture) -> None:
+    m = Metrics()
+    m.request_started("r", "openai", "smol", 3, t=0.0)
+    with caplog.at_level(logging.INFO, logger="prism"):
+        m.anomaly("r", "repaired_call", "missing </parameter>, Python literal", t=0.5)
+        m.request_finished("r", "tool_calls", Timings(output_tokens=4, decode_ms=10), t=1.0)
+    snap = m.snapshot()
+    assert snap["requests"][0]["anomalies"]["repaired_call"] == 1
+    assert snap["totals"]["anomalies"]["repaired_call"] == 1
+    lines = [r.getMessage() for r in caplog.records]
+    assert "[prism] repaired call: r missing </parameter>, Python literal" in lines
+    assert any("anomalies=repaired_call=1" in x for x in lines)
+
+
 def test_series() -> None:
     m = Metrics(sample_every=0.0)
     t0 = m.t0
