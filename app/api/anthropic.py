@@ -25,7 +25,6 @@ from app.api import runs
 from app.api.blocks import TEXT, THINKING, Block, Blocks, blocks_of
 from app.api.convert import Lenient, function_tool, read_body, sampling, stop_tuple, text_of
 from app.api.errors import APIError, anthropic_error_body, from_exception
-from app.api.openai import model_name
 from app.api.sse import dumps, event_lines, sse_response
 from app.api.state import get_state
 from engine.request import ChatRequest, Message
@@ -175,7 +174,7 @@ async def messages(request: Request):
     state = get_state(request)
     body = await read_body(request, MessagesBody)
     run = runs.submit(state, to_chat_request(body))
-    model = model_name(state, body.model)
+    model = state.reply_model(body.model)
     if body.stream:
         return sse_response(run, stream_events(run, model), error_event)
     await runs.finished(request, run)

@@ -167,15 +167,6 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
     )
 
 
-def model_name(state: AppState, requested: str = "") -> str:
-    return requested or served_model(state)
-
-
-def served_model(state: AppState) -> str:
-    svc = state.service
-    return state.config.model_name or svc.pack.name or svc.engine.name
-
-
 def usage(run: Run) -> dict:
     prompt, cached, out = runs.usage_numbers(run)
     return {
@@ -200,7 +191,7 @@ async def chat_completions(request: Request):
     state = get_state(request)
     body = await read_body(request, ChatBody)
     run = runs.submit(state, to_chat_request(body))
-    model = model_name(state, body.model)
+    model = state.reply_model(body.model)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse_response(run, stream_chunks(state, run, model, include_usage), error_event)
@@ -309,7 +300,7 @@ def model_card(request: Request) -> dict:
     state = get_state(request)
     svc = state.service
     return {
-        "id": served_model(state),
+        "id": state.model_id,
         "object": "model",
         "created": int(request.app.state.started),
         "owned_by": "prism",

@@ -44,7 +44,6 @@ from app.api.convert import (
     validate,
 )
 from app.api.errors import APIError
-from app.api.openai import model_name
 from app.api.sse import event_lines, sse_response
 from app.api.state import get_state
 from engine.request import ChatRequest, Message
@@ -285,7 +284,7 @@ async def responses(request: Request):
     body = await read_body(request, ResponsesBody)
     chat, schema = to_chat_request(body)
     run = runs.submit(state, chat)
-    model = model_name(state, body.model)
+    model = state.reply_model(body.model)
     if body.stream:
         return sse_response(run, Stream(run, body, model, schema).events(),
                             lambda err: error_event(err, 0))

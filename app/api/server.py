@@ -32,7 +32,9 @@ from app.api.errors import APIError, error_response
 from app.api.guard import Guard
 from app.api.listen import HeaderTimeoutH11
 from app.api.state import AppState, get_state
+from engine.request import Sampling
 
+DEFAULT = Sampling()  # what a request that sets no sampler gets, as /props reports it
 
 
 def version() -> str:
@@ -93,13 +95,14 @@ async def props(request: Request):
     return {
         "default_generation_settings": {
             "n_ctx": engine.n_ctx,
-            "model": openai.served_model(state),
-            "params": {"n_predict": -1, "temperature": 0.8, "top_k": 40, "top_p": 0.95,
-                       "min_p": 0.05, "repeat_penalty": 1.0},
+            "model": state.model_id,
+            "params": {"n_predict": -1, "temperature": DEFAULT.temperature,
+                       "top_k": DEFAULT.top_k, "top_p": DEFAULT.top_p, "min_p": DEFAULT.min_p,
+                       "repeat_penalty": DEFAULT.repeat_penalty},
         },
         "total_slots": 1,
         "model_path": Path(pack.gguf).name if pack.gguf else "",  # never the user's dirs
-        "model_alias": openai.served_model(state),
+        "model_alias": state.model_id,
         "chat_template": pack.template,
         "bos_token": pack.bos_token,
         "eos_token": pack.eos_token,

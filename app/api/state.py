@@ -1,8 +1,9 @@
 """What every API route reads: the service it talks to and the server's settings.
 
-Owns `ServerConfig` and `AppState`. Created by `app.config` (the CLI or the GUI), stored on
-`app.state.prism` by `app.api.server.create_app`, read by the route modules through
-`get_state(request)`. Runs on the asyncio loop's thread.
+Owns `ServerConfig` and `AppState` (with the model id every route reports). Created by
+`app.config` (the CLI or the GUI), stored on `app.state.prism` by
+`app.api.server.create_app`, read by the route modules through `get_state(request)`. Runs on
+the asyncio loop's thread.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ class AppState:
     service: Service
     config: ServerConfig = field(default_factory=ServerConfig)
     loading: bool = False  # /health answers 503 while True
+
+    @property
+    def model_id(self) -> str:
+        """The model id /v1/models, /props and /metrics report: --model-name, else the
+        pack's name, else the engine's."""
+        return self.config.model_name or self.service.pack.name or self.service.engine.name
+
+    def reply_model(self, requested: str) -> str:
+        """The `model` a reply names: the one the client asked for (any name is served by
+        the one model), else `model_id`."""
+        return requested or self.model_id
 
 
 def get_state(request: Request) -> AppState:
