@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api import runs
-from app.api.blocks import TEXT, THINKING, Block, Blocks, blocks_of
+from app.api.blocks import CLOSE, OPEN, TEXT, THINKING, Block, Blocks, Step, blocks_of
 from app.api.convert import Lenient, function_tool, read_body, sampling, stop_tuple, text_of
 from app.api.errors import APIError, anthropic_error_body, from_exception
 from app.api.sse import dumps, event_lines, sse_response
@@ -227,25 +227,25 @@ async def stream_events(run: Run, model: str) -> AsyncIterator[str]:
         "usage": {"input_tokens": run.prompt_tokens, "output_tokens": 0}}})
     blocks = Blocks()
 
-    def send(steps) -> str:
+    def send(steps: list[Step]) -> str:
         out = []
         for step in steps:
-            op, blk = step[0], step[1]
-            if op == "open":
+            op, blk = step.op, step.block
+            if op == OPEN:
                 out.append(event_lines("content_block_start", _open_json(blk)))
-            elif op == "close":
+            elif op == CLOSE:
                 out.append(event_lines("content_block_stop",
                                        {"type": "content_block_stop", "index": blk.position}))
             elif blk.kind in _DELTA_TYPES:
                 dtype, key = _DELTA_TYPES[blk.kind]
                 out.append(
                     'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-                    f'{blk.position},"delta":{{"type":"{dtype}","{key}":{dumps(step[2])}}}}}\n\n'
+                    f'{blk.position},"delta":{{"type":"{dtype}","{key}":{dumps(step.text)}}}}}\n\n'
                 )
             else:
                 out.append(event_lines("content_block_delta", {
                     "type": "content_block_delta", "index": blk.position,
-                    "delta": {"type": "input_json_delta", "partial_json": step[2]}}))
+                    "delta": {"type": "input_json_delta", "partial_json": step.text}}))
         return "".join(out)
 
     async for ev in run.stream():

@@ -2,8 +2,8 @@
 
 Owns `Block` and `Blocks`, the one piece of state both block-shaped dialects (Anthropic content
 blocks, Responses output items) need: which block is open, when a new one starts, and what each
-holds. `Blocks.feed(event)` returns the steps to send — ("open", block), ("delta", block, text),
-("close", block) — and a non-streamed reply is the list of blocks after feeding the run's whole
+holds. `Blocks.feed(event)` returns the `Step`s to send (open a block, a delta of its text,
+close it), and a non-streamed reply is the list of blocks after feeding the run's whole
 event list, so it is made of exactly what a stream of the same run sends.
 
 Mapping: reasoning -> a "thinking" block, content -> "text", tool_start opens a "tool" block,
@@ -40,7 +40,16 @@ class Block:
         return "".join(self.parts)
 
 
-Step = tuple  # ("open", Block) | ("delta", Block, str) | ("close", Block)
+OPEN, DELTA, CLOSE = "open", "delta", "close"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One thing to send: open `block`, append `text` to it (DELTA), or close it."""
+
+    op: str  # OPEN | DELTA | CLOSE
+    block: Block
+    text: str = ""
 
 
 class Blocks:
@@ -50,11 +59,11 @@ class Blocks:
 
     def _open(self, kind: str, steps: list[Step], **kw) -> Block:
         if self.current is not None:
-            steps.append(("close", self.current))
+            steps.append(Step(CLOSE, self.current))
         blk = Block(kind, len(self.blocks), **kw)
         self.blocks.append(blk)
         self.current = blk
-        steps.append(("open", blk))
+        steps.append(Step(OPEN, blk))
         return blk
 
     def feed(self, ev: Event) -> list[Step]:
@@ -68,7 +77,7 @@ class Blocks:
             if blk is None or blk.kind != want:
                 blk = self._open(want, steps)
             blk.parts.append(ev.text)
-            steps.append(("delta", blk, ev.text))
+            steps.append(Step(DELTA, blk, ev.text))
         elif kind == TOOL_START:
             self._open(TOOL, steps, call_index=ev.index, call_id=ev.call_id or "", name=ev.text)
         elif kind == TOOL_ARGS:
@@ -77,7 +86,7 @@ class Blocks:
                 blk = self._open(TOOL, steps, call_index=ev.index, call_id=ev.call_id or "")
             if ev.text:
                 blk.parts.append(ev.text)
-                steps.append(("delta", blk, ev.text))
+                steps.append(Step(DELTA, blk, ev.text))
         elif kind == TOOL_CALL and ev.call is not None:
             call = ev.call
             blk = self.current
@@ -86,10 +95,10 @@ class Blocks:
                 blk = self._open(TOOL, steps, call_index=call.index, call_id=call.id,
                                  name=call.name)
                 blk.parts.append(call.arguments_json)
-                steps.append(("delta", blk, call.arguments_json))
+                steps.append(Step(DELTA, blk, call.arguments_json))
             blk.call_id, blk.name = call.id, call.name
             blk.complete, blk.arguments = True, call.arguments
-            steps.append(("close", blk))
+            steps.append(Step(CLOSE, blk))
             self.current = None
         return steps
 
@@ -97,7 +106,7 @@ class Blocks:
         if self.current is None:
             return []
         blk, self.current = self.current, None
-        return [("close", blk)]
+        return [Step(CLOSE, blk)]
 
     def final(self) -> list[Block]:
         """The blocks of a non-streamed reply (incomplete calls left out)."""

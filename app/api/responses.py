@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field
 
 from app.api import runs
-from app.api.blocks import TEXT, THINKING, Block, Blocks, blocks_of
+from app.api.blocks import DELTA, OPEN, TEXT, THINKING, TOOL, Block, Blocks, Step, blocks_of
 from app.api.convert import (
     Lenient,
     check_json_output,
@@ -313,28 +313,28 @@ class Stream:
         self.seq += 1
         return event_lines(type_, data)
 
-    def steps(self, steps: list) -> str:
+    def steps(self, steps: list[Step]) -> str:
         out = []
         run = self.run
         for step in steps:
-            op, b = step[0], step[1]
+            op, b = step.op, step.block
             where = {"item_id": item_id(run, b), "output_index": b.position}
-            if op == "open":
+            if op == OPEN:
                 out.append(self.event("response.output_item.added", output_index=b.position,
                                       item=item_json(run, b, done=False)))
-                if b.kind != "tool":
+                if b.kind != TOOL:
                     out.append(self.event("response.content_part.added", **where,
                                           content_index=0, part=_part(b, "")))
-            elif op == "delta":
+            elif op == DELTA:
                 if b.kind == TEXT:
                     out.append(self.event("response.output_text.delta", **where,
-                                          content_index=0, delta=step[2], logprobs=[]))
+                                          content_index=0, delta=step.text, logprobs=[]))
                 elif b.kind == THINKING:
                     out.append(self.event("response.reasoning_text.delta", **where,
-                                          content_index=0, delta=step[2]))
+                                          content_index=0, delta=step.text))
                 else:
                     out.append(self.event("response.function_call_arguments.delta", **where,
-                                          delta=step[2]))
+                                          delta=step.text))
             else:
                 if b.kind == TEXT:
                     out.append(self.event("response.output_text.done", **where,
@@ -345,7 +345,7 @@ class Stream:
                 else:
                     out.append(self.event("response.function_call_arguments.done", **where,
                                           name=b.name, arguments=b.text))
-                if b.kind != "tool":
+                if b.kind != TOOL:
                     out.append(self.event("response.content_part.done", **where,
                                           content_index=0, part=_part(b, b.text)))
                 out.append(self.event("response.output_item.done", output_index=b.position,
