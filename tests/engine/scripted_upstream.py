@@ -2,10 +2,11 @@
 answer exactly what a real server would in its worst moments (refuse, 4xx, 500, stall, cut the
 stream mid-way) and see what Prism sent and whether Prism hung up.
 
-`ScriptedUpstream(script)` serves `GET /v1/models` itself and hands every other request to
-`script(request, reply)`, a coroutine on the server's own loop and thread. `reply` writes a JSON
-answer, or an SSE stream chunk by chunk; `request.body` is the parsed JSON. `requests` keeps
-every request; `hangups` counts the streams the client closed before they ended.
+`ScriptedUpstream(script)` answers `GET /v1/models` (and 404 to `/props`) itself and hands
+every other request to `script(request, reply)`, a coroutine on the server's own loop and
+thread. `reply` writes a JSON answer, or an SSE stream chunk by chunk; `request.body` is the
+parsed JSON. `requests` keeps those requests; `hangups` counts the streams the client closed
+before they ended.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ class ScriptedUpstream:
                 await reply.json(200, {"object": "list", "data": [
                     {"id": MODEL, "object": "model", "owned_by": "scripted",
                      "max_model_len": 4096}]})
+            elif path == "/props":  # not llama.cpp's server: no template to publish
+                await reply.json(404, {"error": {"message": "Not Found"}})
             else:
                 self.requests.append(seen)
                 await self.script(seen, reply)

@@ -1,0 +1,302 @@
+"""`--upstream` end to end: a Prism in front of another server, with the official SDKs.
+
+- Upstream = another Prism serving a replay: every parser rule's case through raw mode gives
+  what the same output gives served locally; the template comes from the upstream's /props.
+- Upstream = the scripted upstream (tests/engine/scripted_upstream.py): its errors reach the
+  caller in the caller's dialect, or as a final error event once streaming began (and the
+  recording keeps what came); 429 past the in-flight limit; a client that leaves closes the
+  upstream stream; /health follows the upstream's reachability.
+- Upstream = llama-cpp-python's own server on the default model (`model` tests): a
+  grammar-forced chat parses as on the local engine; cancel; the upstream killed mid-stream.
+- The `prism serve --upstream` command line itself, in a subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from app.api.server import ServerThread
+from app.api.state import AppState, ServerConfig
+from app.upstream import upstream_pack
+from engine.metrics import Metrics
+from engine.recording import Recorder, read_session
+from engine.service import Service
+from engine.upstream import UpstreamEngine
+from tests.app.conftest import TOOLS, Live
+from tests.app.test_openai import ASK, CASES, collect, comparable, expected, whole
+from tests.engine.scripted_upstream import (
+    MODEL,
+    Reply,
+    ScriptedUpstream,
+    Seen,
+    chunk,
+    free_port,
+    stream_texts,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def front(tmp_path: Path) -> Callable[..., Live]:
+    """front(url, pack=None, template=None, probe_s=5, timeout=600, **ServerConfig fields):
+    Prism with an UpstreamEngine on `url`, wired as `prism serve --upstream` wires it."""
+    started: list[tuple[Live, UpstreamEngine, Recorder]] = []
+
+    def start(url: str, *, pack: str | None = None, probe_s: float = 5.0,
+              timeout: float = 600.0, **config) -> Live:
+        engine = UpstreamEngine(url, probe_s=probe_s, timeout=timeout)
+        assert engine.ready.wait(10)
+        args = argparse.Namespace(template=None, pack=pack, tap=False)
+        chosen = upstream_pack(args, engine)
+        recorder = Recorder(tmp_path / f"front{len(started)}.jsonl", model=engine.name,
+                            pack=chosen.name, upstream=engine.base)
+        service = Service(engine, chosen, metrics=Metrics(engine), recorder=recorder)
+        config.setdefault("model_name", engine.name)
+        state = AppState(service=service, config=ServerConfig(**config))
+        live = Live(ServerThread(state).start(), state)
+        service.add_listener(lambda u: live.runs.append(u.run) if u.kind == "start" else None)
+        started.append((live, engine, recorder))
+        return live
+
+    yield start
+    for live, engine, recorder in started:
+        live.close()
+        engine.close()
+        live.thread.stop()
+        recorder.close()
+
+
+# --- upstream = another Prism ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_rule_through_raw_mode_is_served_as_locally(serve, front, name):
+    text = CASES[name]
+    back = serve(text, model_name="back-model")
+    local = collect(back.openai().chat.completions.create(
+        model="m", messages=ASK, tools=TOOLS, stream=True))
+    live = front(back.url + "/v1")
+    assert live.service.pack.dialect == "qwen-xml"  # detected from the template in /props
+    client = live.openai()
+    streamed = collect(client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
+                                                      stream=True))
+    resp = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+    assert comparable(streamed) == comparable(whole(resp)) == comparable(local) \
+        == expected(text)
+
+
+def test_models_list_the_upstream_model_and_anthropic_works(serve, front):
+    back = serve("Thinking.\n</think>\n\nHi there.", model_name="back-model")
+    live = front(back.url)
+    models = live.openai().models.list().data
+    assert [m.id for m in models] == ["back-model"]
+    msg = live.anthropic().messages.create(model="x", max_tokens=50, messages=ASK)
+    assert [b.type for b in msg.content] == ["thinking", "text"]
+    assert msg.content[1].text == "Hi there."
+
+
+def test_the_rendered_prompt_and_the_sampling_go_upstream(front):
+    async def ok(req: Seen, reply: Reply) -> None:
+        await stream_texts(reply, ["Hm.", "\n</think>\n\n", "Yes."])
+
+    with ScriptedUpstream(ok) as up:
+        live = front(up.url, pack="qwen3-xml")
+        resp = live.openai().chat.completions.create(
+            model="m", messages=ASK, tools=TOOLS, temperature=0.3, seed=7, max_tokens=99,
+            stop=["STOP"])
+    (sent,) = up.requests
+    assert sent.body["prompt"] == live.last.prompt
+    assert "<function>\n<name>get_weather</name>" in sent.body["prompt"]
+    assert sent.body["prompt"].endswith("<|im_start|>assistant\n<think>\n")
+    assert (sent.body["temperature"], sent.body["seed"], sent.body["max_tokens"],
+            sent.body["stop"]) == (0.3, 7, 99, ["STOP"])
+    assert resp.choices[0].message.content == "Yes."
+
+
+# --- upstream = the scripted one: the error table through the API -------------------------------
+
+
+def scripted(status: int, message: str):
+    async def script(req: Seen, reply: Reply) -> None:
+        await reply.json(status, {"error": {"message": message, "type": "x"}})
+    return script
+
+
+def test_an_upstream_4xx_is_the_callers_4xx_in_its_dialect(front):
+    with ScriptedUpstream(scripted(400, "prompt is 9000 tokens, max 4096")) as up:
+        live = front(up.url, pack="qwen3-xml")
+        with pytest.raises(openai.BadRequestError) as oa:
+            live.openai().chat.completions.create(model="m", messages=ASK)
+        with pytest.raises(anthropic.BadRequestError) as an:
+            live.anthropic().messages.create(model="m", max_tokens=10, messages=ASK)
+    assert "prompt is 9000 tokens, max 4096" in oa.value.message
+    assert an.value.body["type"] == "error"
+    assert an.value.body["error"]["type"] == "invalid_request_error"
+    assert "prompt is 9000 tokens" in an.value.body["error"]["message"]
+
+
+def test_an_upstream_500_is_a_bad_gateway(front):
+    with ScriptedUpstream(scripted(500, "CUDA error: an illegal memory access")) as up:
+        live = front(up.url, pack="qwen3-xml")
+        with pytest.raises(openai.InternalServerError) as err:
+            live.openai().chat.completions.create(model="m", messages=ASK)
+    assert err.value.status_code == 502
+    assert "CUDA error: an illegal memory access" in err.value.message
+
+
+def test_refused_and_timeout(front):
+    live = front(f"http://127.0.0.1:{free_port()}/v1", pack="qwen3-xml")
+    with pytest.raises(openai.InternalServerError) as refused:
+        live.openai().chat.completions.create(model="m", messages=ASK)
+    assert refused.value.status_code == 502
+    assert "could not reach the upstream" in refused.value.message
+
+    async def slow(req: Seen, reply: Reply) -> None:
+        await asyncio.sleep(3)
+
+    with ScriptedUpstream(slow) as up:
+        live = front(up.url, pack="qwen3-xml", timeout=0.5)
+        with pytest.raises(openai.APIStatusError) as late:
+            live.openai().chat.completions.create(model="m", messages=ASK)
+    assert late.value.status_code == 504 and "timed out" in late.value.message
+
+
+def test_a_cut_stream_ends_with_an_error_event_and_the_recording_keeps_it(front):
+    async def cut(req: Seen, reply: Reply) -> None:
+        await reply.start_stream()
+        for piece in ("Short", " plan.", "\n</think>\n\n", "The answer", " is"):
+            await reply.event(chunk(piece))
+        reply.cut()
+
+    with ScriptedUpstream(cut) as up:
+        live = front(up.url, pack="qwen3-xml")
+        body = {"model": "m", "messages": ASK, "stream": True}
+        with live.http().stream("POST", "/v1/chat/completions", json=body) as resp:
+            assert resp.status_code == 200
+            events = [json.loads(line[6:]) for line in resp.iter_lines()
+                      if line.startswith("data: {")]
+    deltas = [e["choices"][0]["delta"] for e in events if e.get("choices")]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "Short plan."
+    assert "".join(d.get("content", "") for d in deltas) == "The answer is"
+    assert "cut the stream" in events[-1]["error"]["message"]
+    assert events[-1]["error"]["type"] == "upstream_error"
+    live.state.service.recorder.close()
+    session = read_session(live.state.service.recorder.path)
+    (req,) = session.requests
+    assert req.text == "Short plan.\n</think>\n\nThe answer is"
+    assert req.outcome[0] == "error" and "cut the stream" in (req.outcome[1] or "")
+    header = json.loads(live.state.service.recorder.path.read_text().splitlines()[0])
+    assert header["upstream"] == up.url and header["ttft_includes_network"] is True
+
+
+def test_past_the_inflight_limit_429(front):
+    release = threading.Event()
+
+    async def hold(req: Seen, reply: Reply) -> None:
+        await reply.start_stream()
+        await reply.event(chunk("wait"))
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+        await reply.event(chunk("", "stop"))
+        await reply.event("[DONE]")
+        await reply.end_stream()
+
+    with ScriptedUpstream(hold) as up:
+        live = front(up.url, pack="qwen3-xml", max_queue=1)
+        first = live.openai().chat.completions.create(model="m", messages=ASK, stream=True)
+        next(iter(first))
+        with pytest.raises(openai.RateLimitError) as err:
+            live.openai().chat.completions.create(model="m", messages=ASK)
+        release.set()
+        first.close()
+    assert err.value.response.headers["retry-after"]
+
+
+def test_a_client_that_leaves_closes_the_upstream_stream(front):
+    async def long(req: Seen, reply: Reply) -> None:
+        await stream_texts(reply, ["word "] * 500, delay=0.02)
+
+    with ScriptedUpstream(long) as up:
+        live = front(up.url, pack="qwen3-xml")
+        stream = live.openai().chat.completions.create(model="m", messages=ASK, stream=True)
+        for i, _ in enumerate(stream):
+            if i == 3:
+                break
+        stream.close()
+        deadline = time.monotonic() + 5
+        while up.hangups == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert up.hangups == 1
+    assert live.last.finish is not None and live.last.finish.reason == "cancelled"
+
+
+def test_health_follows_the_upstream(front):
+    async def ok(req: Seen, reply: Reply) -> None:
+        await stream_texts(reply, ["x"])
+
+    up = ScriptedUpstream(ok).__enter__()
+    live = front(up.url, pack="qwen3-xml", probe_s=0.1)
+    http = live.http()
+    assert http.get("/health").status_code == 200
+    assert http.get("/v1/models").json()["data"][0]["id"] == MODEL
+    up.__exit__(None, None, None)
+    deadline = time.monotonic() + 5
+    while (resp := http.get("/health")).status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert resp.status_code == 503
+    assert "unreachable" in resp.json()["error"]["message"]
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_prism_serve_upstream_command_line(serve, tmp_path: Path):
+    back = serve("Plan.\n</think>\n\nFrom the back.", model_name="back-model")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--upstream", back.url, "--port", str(port),
+         "--no-record", "--log-level", "warning"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if http.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+                time.sleep(0.1)
+            assert http.get("/v1/models").json()["data"][0]["id"] == "back-model"
+            reply = http.post("/v1/chat/completions", json={"messages": ASK}).json()
+        msg = reply["choices"][0]["message"]
+        assert (msg["reasoning_content"], msg["content"]) == ("Plan.", "From the back.")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def test_tap_needs_an_upstream():
+    res = subprocess.run([sys.executable, "-m", "app", "serve", "--tap"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "--tap forwards to an upstream" in res.stderr
+
