@@ -55,8 +55,8 @@ class Inspector:
 
     def __init__(self, service, *, host: str = "127.0.0.1", port: int = 8421,
                  max_documents: int = 32) -> None:
-        from app.playback import Playback
-        from app.tracks import LiveFeed, TrackStore
+        from inspector.playback import Playback
+        from inspector.tracks import LiveFeed, TrackStore
         from widgets.main_window import MainWindow
 
         self.service = service

@@ -1,6 +1,6 @@
 """The playback bar: open a recording; play, pause, step, speed, seek; previous/next request.
 
-Owns `PlaybackBar`, a thin view over a Qt-free playback model (`app.playback.Playback`, passed
+Owns `PlaybackBar`, a thin view over a Qt-free playback model (`inspector.playback.Playback`, passed
 in, duck-typed: items, index, playing, speed, play/pause/step/seek/select/set_speed). Buttons
 call the model; `refresh()` (frame timer) mirrors the model back into the widgets with signals
 blocked, so a refresh never reads as a user's seek. GUI thread only.

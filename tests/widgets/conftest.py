@@ -9,8 +9,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything creates
 
 import pytest
 
-from app.playback import Playback
-from app.tracks import TrackStore
+from inspector.playback import Playback
+from inspector.tracks import TrackStore
 from tests.support import DEMO, Clock, recorded_failures  # noqa: F401 - widget tests import them
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from app.tracks import LiveFeed, TrackStore
 from engine.metrics import Metrics
 from engine.packs import load_pack, resolve_pack
 from engine.replay import ReplayEngine
 from engine.service import Service
+from inspector.tracks import LiveFeed, TrackStore
 
 
 def live_window(qtbot, service):
-    from app.playback import Playback
+    from inspector.playback import Playback
     from widgets.main_window import MainWindow
 
     store = TrackStore()

@@ -1,4 +1,4 @@
-"""widgets/playback_bar.py over app/playback.py: play, pause, step, speed, seek, prev/next,
+"""widgets/playback_bar.py over inspector/playback.py: play, pause, step, speed, seek, prev/next,
 driven through the bar's own buttons on a fake clock."""
 
 from __future__ import annotations

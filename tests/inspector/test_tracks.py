@@ -1,12 +1,12 @@
-"""app/tracks.py: tracks fill from run updates; old documents are released (bounded memory)."""
+"""inspector/tracks.py: tracks fill from run updates; old documents are released (memory)."""
 
 from __future__ import annotations
 
 import time
 
-from app.tracks import LiveFeed, Track, TrackStore
 from engine.base import Token
 from engine.events import Event
+from inspector.tracks import LiveFeed, Track, TrackStore
 
 
 def finished_track(i: int, n_tokens: int = 50) -> Track:

@@ -1,7 +1,7 @@
 """Playback of recordings in the inspector: play, pause, step, speed, seek. Qt-free.
 
 Owns `Playback`, which reads a Prism recording (or a plain text file, taken as one model
-output) and plays its requests into `app.tracks.Track`s, one token at a time, through a parser
+output) and plays its requests into `inspector.tracks.Track`s, one token at a time, through a parser
 of its own per request, so the window shows a recording exactly as it showed the live run. It
 is driven by the GUI's frame timer (`poll(now)`); nothing here blocks or starts a thread, which
 is what makes step and seek exact and testable without a window.
@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.tracks import Track, TrackStore
 from engine import dialects
 from engine.base import Finish, Timings, Token
 from engine.metrics import Metrics
@@ -30,6 +29,7 @@ from engine.parser import OutputParser
 from engine.pipeline import TokenPipeline
 from engine.recording import is_recording, load_recording
 from engine.replay import ReplayOutput
+from inspector.tracks import Track, TrackStore
 
 SPEEDS = {"1×": 1.0, "10×": 10.0, "instant": 0.0}
 _INSTANT_BUDGET = 50_000  # tokens fed per frame at "instant", so a huge file never freezes

@@ -3,7 +3,7 @@
 A `Track` is a request as the window shows it: where it came from, its prompt, the tokens and
 parser events received so far, its parser state and its summary figures. Live requests (from
 the server or the compose box) are filled by `LiveFeed` from the service's `RunUpdate`s;
-recordings are filled by `app.playback.Playback`, which runs its own parser per request. The
+recordings are filled by `inspector.playback.Playback`, which runs its own parser per request. The
 views in `widgets/` only read tracks, so they cannot tell the two apart.
 
 Threads: `LiveFeed._on_update` runs on the engine thread (or the thread that submitted) and
