@@ -210,13 +210,15 @@ class Service:
         job.on_token = lambda tok: self._on_token(run, tok)
         job.on_finish = lambda fin: self._on_finish(run, fin)
         run.job = job
-        run.pipeline.start(request.api, self.engine.name, n_prompt)
         if self.recorder is not None:
             self.recorder.request(
                 run.id, request, prompt, start_state=run.start_state, api=request.api,
                 stream_tools=request.stream_tools, tools=request.tools, t0=job.submitted_at,
                 dialect=self.pack.dialect,
             )
+        # Counted only once nothing about the request can fail any more: a request the
+        # recorder refused must not stay "running" in the metrics (issue 10, item 5).
+        run.pipeline.start(request.api, self.engine.name, n_prompt)
         self._notify(RunUpdate(run, "start"))
         self.engine.submit(job)
         return run

@@ -21,7 +21,7 @@ from fastapi import Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.api.errors import APIError, validation_message
-from engine import grammar
+from app.api.validate import parse_json, schema_grammar
 from engine.request import Sampling
 
 M = TypeVar("M", bound=BaseModel)
@@ -34,16 +34,8 @@ class Lenient(BaseModel):
 
 
 async def read_body(request: Request, model: type[M]) -> M:
-    raw = await request.body()
-    if not raw.strip():
-        raise APIError("invalid_request", "The request body is empty; send a JSON object")
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise APIError("invalid_request", f"The request body is not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise APIError("invalid_request", "The request body must be a JSON object")
-    return validate(model, data)
+    # parse_json: 400 for NaN, lone surrogates, deep nesting (issue 10, item 5)
+    return validate(model, parse_json(await request.body()))
 
 
 def validate(model: type[M], data: Any, prefix: str = "") -> M:
@@ -160,9 +152,10 @@ def json_schema_format(schema: Any, field: str, thinking: bool | None) -> tuple[
     except jsonschema.SchemaError as e:
         raise APIError("invalid_request", f"'{field}' is not a valid JSON schema: {e.message}",
                        param=field) from e
+    gbnf = schema_grammar(schema, field)  # 400 when no value could match the schema
     if thinking:
         return None, True
-    return grammar.from_json_schema(schema), False  # None: not covered, validate only
+    return gbnf, False  # None: not covered, validate only
 
 
 def check_json_output(text: str, schema: dict) -> str | None:

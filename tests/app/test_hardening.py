@@ -1,0 +1,133 @@
+"""app/api/validate.py (and the flags it goes with) against a live server: client input that
+gave a 500 is a 400 in the caller's dialect, and nothing that did not start is counted
+(issue 10, item 5); input that was accepted but wrong (item 6: max_completion_tokens 0,
+invalid tool schemas, image parts, --max-queue 0); and start-up errors that were silent
+(item 8). Bodies are sent as raw bytes: a lone surrogate is a valid JSON escape that no
+client library would produce from valid text.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+S = "\ud800"  # a lone surrogate: json.dumps writes it as the escape "\ud800"
+ASK = [{"role": "user", "content": "hi"}]
+REPLY = "Ok.\n</think>\n\nfine"
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"type": "string"}}}}}
+
+
+DEEP = "@@deep@@"  # stands for JSON nested 1,000 levels (too deep for json.dumps itself)
+
+
+def raw(body: dict) -> bytes:
+    text = json.dumps(body, ensure_ascii=True)
+    return text.replace(f'"{DEEP}"', "[" * 1000 + '"x"' + "]" * 1000).encode()
+
+
+CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
+COUNT = "/v1/messages/count_tokens"
+
+# (path, body, the field the 400 should name, or None when the message alone says it)
+BAD_INPUT = [
+    (CHAT, {"messages": [{"role": "user", "content": "a" + S}]}, "messages[0].content"),
+    (CHAT, {"model": S, "messages": ASK}, "model"),
+    (CHAT, {"messages": ASK, "stop": [S]}, "stop[0]"),
+    (CHAT, {"messages": ASK, "stop": "x" + S}, "stop"),
+    (CHAT, {"messages": [{"role": "user", "content": [{"type": "text", "text": S}]}]},
+     "messages[0].content[0].text"),
+    (CHAT, {"messages": ASK, "tools": [{"type": "function", "function": {
+        "name": "f", "description": S}}]}, "tools[0].function.description"),
+    (CHAT, {"messages": ASK, "user": S}, "user"),
+    (CHAT, {"messages": ASK, "temperature": float("nan")}, None),
+    (CHAT, {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"enum": []}}}}, "response_format.json_schema.schema"),
+    (CHAT, {"messages": DEEP}, None),
+    (MESSAGES, {"max_tokens": 5, "messages": [{"role": "user", "content": S}]},
+     "messages[0].content"),
+    (MESSAGES, {"model": "claude" + S, "max_tokens": 5, "messages": ASK}, "model"),
+    (MESSAGES, {"max_tokens": 5, "messages": ASK, "stop_sequences": [S]}, "stop_sequences[0]"),
+    (MESSAGES, {"max_tokens": 5, "messages": ASK, "system": S}, "system"),
+    (MESSAGES, {"max_tokens": 5, "messages": DEEP}, None),
+    (COUNT, {"messages": [{"role": "user", "content": S}]}, "messages[0].content"),
+    (RESPONSES, {"input": S}, "input"),
+    (RESPONSES, {"input": "hi", "instructions": S}, "instructions"),
+    (RESPONSES, {"input": "hi", "temperature": float("nan")}, None),
+    (RESPONSES, {"input": "hi", "temperature": float("inf")}, None),
+    (RESPONSES, {"input": "hi", "stream": True, "temperature": float("-inf")}, None),
+    (RESPONSES, {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x",
+                                                    "schema": {"enum": []}}}},
+     "text.format.schema"),
+    (RESPONSES, {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x",
+                                                    "schema": {"type": "object", "properties": {
+                                                        "a": {"type": "array",
+                                                              "items": {"enum": []}}}}}}},
+     "text.format.schema"),
+    (RESPONSES, {"input": DEEP}, None),
+]
+
+
+def _id(case) -> str:
+    path, body, param = case
+    extra = [k for k in body if k not in ("messages", "input", "max_tokens")]
+    return f"{path[4:]}:{param or ','.join(extra) or 'deep'}"
+
+
+@pytest.mark.parametrize(("path", "body", "param"), BAD_INPUT, ids=map(_id, BAD_INPUT))
+def test_bad_input_is_a_400_in_the_callers_dialect(serve, path, body, param):
+    live = serve(REPLY, REPLY)
+    http = live.http()
+    r = http.post(path, content=raw(body), headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    if path.startswith(MESSAGES):
+        assert r.json()["type"] == "error"
+        assert r.json()["error"]["type"] == "invalid_request_error"
+        if param:
+            assert f"'{param}'" in r.json()["error"]["message"]
+    else:
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error"
+        if param:
+            assert err["param"] == param
+    # nothing ran, nothing is counted, and the same connection serves the next request
+    assert live.runs == []
+    snap = http.get("/metrics", params={"format": "json"}).json()
+    assert snap["live"]["in_flight"] == 0 and snap["totals"]["requests"] == 0
+    ok = http.post(CHAT, json={"messages": ASK})
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "fine"
+
+
+def test_one_in_a_number_is_not_infinity(serve):
+    live = serve(REPLY)
+    r = live.http().post(RESPONSES, content=b'{"input": "hi", "temperature": 1e999}',
+                         headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "temperature"
+
+
+def test_valid_unicode_and_moderate_nesting_still_pass(serve):
+    live = serve(REPLY, REPLY)
+    pair = "\U0001f600"  # a surrogate *pair* in JSON escapes: valid text
+    r = live.http().post(CHAT, content=raw({"messages": [{"role": "user", "content": pair}]}),
+                         headers={"content-type": "application/json"})
+    assert r.status_code == 200
+    assert live.last.request.messages[0].content == pair
+    deep = {"type": "object", "properties": {"a": {"type": "object"}}}
+    for _ in range(10):
+        deep = {"type": "object", "properties": {"a": deep}}
+    r = live.http().post(CHAT, json={"messages": ASK, "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": deep}}]})
+    assert r.status_code == 200
+
+
+def test_a_request_that_fails_before_it_starts_is_not_counted(serve):
+    live = serve(REPLY)
+    live.service.recorder.close()  # the request record cannot be written
+    http = live.http()
+    r = http.post(CHAT, json={"messages": ASK})
+    assert r.status_code == 500
+    snap = http.get("/metrics", params={"format": "json"}).json()
+    assert snap["live"]["in_flight"] == 0 and snap["totals"]["requests"] == 0
