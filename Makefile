@@ -27,10 +27,12 @@ run: $(STAMP)
 
 test: $(DEVSTAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 bench: $(DEVSTAMP)
 	$(BIN)/python bench/parser.py
