@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from enum import Enum
 
 from engine import dialects
 from engine.dialects.common import FULL, PREFIX, match_literal, skip_ws, tool_schemas
@@ -52,11 +53,24 @@ from engine.events import (
     Event,
     ToolCall,
 )
+from engine.quoting import Quoting
 from engine.tags import CALL_OPEN, THINK_CLOSE, THINK_OPEN
 
 _SPECIAL = re.compile(r"[<\n`]")
 _MAX_NL = 16  # at most this many newlines before a tag belong to it (bounded hold-back)
 _WINDOW = 4096  # a call body is fed in windows so a huge chunk is never copied per call
+
+
+class Tag(Enum):
+    """What a `<` in the text turned out to be (`OutputParser._tag`)."""
+
+    HOLD = "hold"  # undecided: hold the text from here (and the newlines before) back
+    TEXT = "text"  # ordinary text
+    TAG = "tag"  # a tag was consumed and the state changed; scan on after it
+    CALL = "call"  # a call began: its body is handed to the dialect's reader
+
+
+_HOLD, _TEXT, _TAG, _CALL = Tag.HOLD, Tag.TEXT, Tag.TAG, Tag.CALL
 
 
 class OutputParser:
@@ -82,22 +96,16 @@ class OutputParser:
         self._plain = False  # the fast path of feed() applies (see feed)
         self._chan = start
         self._total = 0  # characters fed so far
-        # text state: _buf[_e:] is not yet emitted, _buf[:_scan] has been examined
+        # text state: _buf[_emit_from:] is not yet emitted, _buf[:_scan] has been examined
         self._buf = ""
         self._base = 0  # absolute offset of _buf[0]
-        self._e = 0
+        self._emit_from = 0
         self._scan = 0
-        self._at_start = True
-        self._nl = -1  # index in _buf where a held run of newlines starts
+        self._at_start = True  # only whitespace so far: a <think> here is the model's own
+        self._nl_from = -1  # index in _buf where a held run of newlines starts (-1: none)
         self._eat_nl = False  # newlines right after a tag belong to it
-        self._line_start = True  # previous character was \n, or the channel just began
-        self._lead = 0  # spaces so far at the start of this line; -1 once past the lead
-        self._fchar = ""  # fence candidate on this line: its character and run length
-        self._frun = 0
-        self._fblank = True  # nothing but whitespace after the candidate's run
-        self._fence: tuple[str, int] | None = None
-        self._tick = 0  # length of the open inline code span's backtick run (content only)
-        self._tick_run = 0
+        self._md = Quoting()  # fences, inline code, line start
+        self._handoff: tuple[str, int, int] | None = None  # a call's body, set with Tag.CALL
         # call state
         self._call = None
         self._call_index = 0
@@ -121,7 +129,7 @@ class OutputParser:
         if self._call is not None:
             raw = self._call_prefix + "".join(self._body)
             return raw[self._emitted - self._call_start :]
-        return self._buf[self._e :]
+        return self._buf[self._emit_from :]
 
     def feed(self, text: str) -> list[Event]:
         # Fast path: plain text and nothing held, the common per-token case. `_plain` is
@@ -136,14 +144,15 @@ class OutputParser:
         pos = self._total
         self._total = pos + len(text)
         self._pump(text, 0, pos, eof=False)
+        md = self._md
         self._plain = (
             self._call is None
-            and self._e == len(self._buf)
+            and self._emit_from == len(self._buf)
             and not self._at_start
             and not self._eat_nl
-            and self._lead < 0
-            and not self._tick_run
-            and self._frun < 3
+            and md.lead < 0  # md.settled(), inlined: this runs after every slow feed
+            and not md.tick_run
+            and md.frun < 3
         )
         return out
 
@@ -170,16 +179,16 @@ class OutputParser:
             s, k, abs_k = nxt
 
     def _load(self, s: str, k: int, abs_k: int) -> None:
-        if self._e == len(self._buf):
-            self._buf, self._base, self._e, self._scan = s, abs_k - k, k, k
+        if self._emit_from == len(self._buf):
+            self._buf, self._base, self._emit_from, self._scan = s, abs_k - k, k, k
         else:
-            e = self._e
+            e = self._emit_from
             self._buf = self._buf[e:] + s[k:]
             self._base += e
             self._scan -= e
-            if self._nl >= 0:
-                self._nl -= e
-            self._e = 0
+            if self._nl_from >= 0:
+                self._nl_from -= e
+            self._emit_from = 0
 
     def _text(self, kind: str, i: int, j: int) -> None:
         if j > i:
@@ -187,159 +196,123 @@ class OutputParser:
             self._out.append(Event(kind, self._buf[i:j], (b + i, b + j)))
 
     def _reset_md(self, line_start: bool) -> None:
-        self._fence = None
-        self._tick = self._tick_run = 0
-        self._frun, self._fblank = 0, True
-        self._line_start = line_start
-        self._lead = 0 if line_start else -1
-        self._nl = -1
+        self._md.reset(line_start)
+        self._nl_from = -1
 
     # -- text states -----------------------------------------------------------------------
 
     def _scan_text(self, eof: bool):
+        """Scan the text channel from _scan: emit what is decided, hold what is not. Returns
+        None when the input is used up, or (text, index, abs) to hand to a call that began."""
         buf = self._buf
         n = len(buf)
         i = self._scan
         chan = self._chan
+        md = self._md
         while i < n:
             c = buf[i]
             if self._at_start:
-                if c in " \t\r\n":
-                    i += 1
-                    continue
-                if c == "<":
-                    m = match_literal(buf, i, THINK_OPEN)
-                    if m == PREFIX and not eof:
-                        break
-                    if m == FULL:
-                        self._text(MARKUP, self._e, i + len(THINK_OPEN))
-                        self._e = i = i + len(THINK_OPEN)
-                        self._chan = chan = REASONING
-                        self._at_start = False
-                        self._eat_nl = True
-                        self._reset_md(line_start=True)
-                        continue
-                # No <think>: the held whitespace is ordinary text, examined from the start.
-                self._at_start = False
-                i = self._e
+                j = self._opening(buf, i, eof)
+                if j < 0:
+                    break
+                i, chan = j, self._chan
                 continue
             if c == "\n":
-                if self._frun >= 3:
-                    if self._fence is None:
-                        self._fence = (self._fchar, self._frun)
-                    elif (
-                        self._fchar == self._fence[0]
-                        and self._frun >= self._fence[1]
-                        and self._fblank
-                    ):
-                        self._fence = None
-                self._frun, self._fblank, self._lead = 0, True, 0
-                self._tick = self._tick_run = 0
-                self._line_start = True
-                if self._eat_nl:
+                md.newline()
+                if self._eat_nl:  # the newlines after a tag go with it
                     j = i
                     while j < n and buf[j] == "\n":
                         j += 1
-                    self._text(chan, self._e, i)
+                    self._text(chan, self._emit_from, i)
                     self._text(MARKUP, i, j)
-                    self._e = i = j
+                    self._emit_from = i = j
                     continue
-                if self._nl < 0:
-                    self._nl = i
-                elif i - self._nl >= _MAX_NL:
-                    self._nl += 1
+                # Hold the newlines: they belong to a tag if one follows.
+                if self._nl_from < 0:
+                    self._nl_from = i
+                elif i - self._nl_from >= _MAX_NL:
+                    self._nl_from += 1
                 i += 1
                 continue
             self._eat_nl = False
             if c == "<":
-                self._apply_ticks()
-                if self._lead >= 0:
-                    self._end_lead(c)
+                md.before_tag()
                 act = self._tag(buf, i, eof)
-                if act is None:  # undecided: hold from here (and the newlines before)
+                if act is _HOLD:
                     break
-                if act is False:  # ordinary text
-                    self._nl = -1
-                    self._line_start = False
+                if act is _TEXT:
+                    self._nl_from = -1
+                    md.line_start = False
                     i += 1
                     continue
-                if act is True:  # a tag was consumed; state changed, continue after it
+                if act is _TAG:
                     chan = self._chan
-                    i = self._e
+                    i = self._emit_from
                     continue
-                return act  # a call began: hand its body over
-            self._nl = -1
+                return self._handoff  # _CALL
+            self._nl_from = -1
             if c == "`":
-                if self._lead >= 0 and (self._frun == 0 or self._fchar == "`"):
-                    self._fchar, self._frun = "`", self._frun + 1
-                else:
-                    self._end_lead(c)
-                if chan == CONTENT:
-                    self._tick_run += 1
-                self._line_start = False
+                md.backtick(chan == CONTENT)
                 i += 1
                 continue
-            self._apply_ticks()
-            if self._lead >= 0:
-                if c == " " and self._frun == 0 and self._lead < 3:
-                    self._lead += 1
-                    self._line_start = False
-                    i += 1
-                    continue
-                if c == "~" and (self._frun == 0 or self._fchar == "~"):
-                    self._fchar, self._frun = "~", self._frun + 1
-                    self._line_start = False
-                    i += 1
-                    continue
-                self._end_lead(c)
-            self._line_start = False
+            if md.char(c):
+                i += 1
+                continue
+            # Ordinary text: skip to the next character that can matter.
             m = _SPECIAL.search(buf, i + 1)
             j = m.start() if m else n
-            if self._frun >= 3 and self._fblank and buf[i:j].strip():
-                self._fblank = False
+            if md.frun >= 3:
+                md.text(buf[i:j])
             i = j
         # Emit everything decided; hold the rest.
         self._scan = i
         if eof:
             h = n  # nothing can still become a tag
-            self._nl = -1
+            self._nl_from = -1
         elif self._at_start:
-            h = self._e
+            h = self._emit_from
         else:
-            h = self._nl if self._nl >= 0 else i
-        self._text(chan, self._e, h)
-        self._e = h
+            h = self._nl_from if self._nl_from >= 0 else i
+        self._text(chan, self._emit_from, h)
+        self._emit_from = h
         return None
 
-    def _end_lead(self, c: str) -> None:
-        if self._frun < 3:
-            self._frun = 0
-        elif c not in " \t":
-            self._fblank = False
-        self._lead = -1
+    def _opening(self, buf: str, i: int, eof: bool) -> int:
+        """Before anything but whitespace: a `<think>` here is consumed and enters reasoning
+        (rule 1). Returns where the scan goes on, or -1 to hold the text back."""
+        c = buf[i]
+        if c in " \t\r\n":
+            return i + 1
+        if c == "<":
+            m = match_literal(buf, i, THINK_OPEN)
+            if m == PREFIX and not eof:
+                return -1
+            if m == FULL:
+                end = i + len(THINK_OPEN)
+                self._text(MARKUP, self._emit_from, end)
+                self._emit_from = end
+                self._chan = REASONING
+                self._at_start = False
+                self._eat_nl = True
+                self._reset_md(line_start=True)
+                return end
+        # No <think>: the held whitespace is ordinary text, examined from the start.
+        self._at_start = False
+        return self._emit_from
 
-    def _apply_ticks(self) -> None:
-        r = self._tick_run
-        if r:
-            if self._tick == 0:
-                self._tick = r
-            elif self._tick == r:
-                self._tick = 0
-            self._tick_run = 0
-
-    def _tag(self, buf: str, i: int, eof: bool):
-        """Decide the '<' at buf[i]: None (hold), False (text), True (tag consumed), or a
-        (text, index, abs) triple to hand to a call that just began."""
+    def _tag(self, buf: str, i: int, eof: bool) -> Tag:
+        """Decide the '<' at buf[i]. On Tag.CALL, `_handoff` holds the body to hand over."""
         chan = self._chan
-        quoted = self._fence is not None or (chan == CONTENT and self._tick > 0)
+        md = self._md
+        quoted = md.fence is not None or (chan == CONTENT and md.tick > 0)  # md.quoted()
         undecided = False
         if chan == REASONING or not quoted:
             m = match_literal(buf, i, THINK_CLOSE)
             if m == FULL:
                 self._think_close(i)
-                return True
+                return _TAG
             undecided = m == PREFIX
-        if not quoted and (chan == CONTENT or self._line_start):
+        if not quoted and (chan == CONTENT or md.line_start):
             m = match_literal(buf, i, CALL_OPEN)
             if m == FULL:
                 j = skip_ws(buf, i + len(CALL_OPEN))
@@ -348,38 +321,39 @@ class OutputParser:
                 elif j >= 0:
                     found, mod = dialects.opener_dialect(self.dialect, buf, j)
                     if found == FULL:
-                        return self._open_call(i, mod)
+                        self._handoff = self._open_call(i, mod)
+                        return _CALL
                     undecided = undecided or found == PREFIX
             elif m == PREFIX:
                 undecided = True
         if undecided and not eof:
-            return None
-        return False
+            return _HOLD
+        return _TEXT
 
     def _think_close(self, i: int) -> None:
         end = i + len(THINK_CLOSE)
         if self._chan == REASONING:
-            start = self._nl if self._nl >= 0 else i
-            self._text(REASONING, self._e, start)
+            start = self._nl_from if self._nl_from >= 0 else i
+            self._text(REASONING, self._emit_from, start)
             self._text(MARKUP, start, end)
             self._chan = CONTENT
             self._reset_md(line_start=False)
         else:
             # Stray </think> in the answer (seed 004): drop it, keep streaming. The newlines
             # before it stay answer text; those after it go with the dropped tag.
-            self._text(CONTENT, self._e, i)
+            self._text(CONTENT, self._emit_from, i)
             b = self._base
             self._out.append(Event(ANOMALY, THINK_CLOSE, (b + i, b + end), anomaly=STRAY_THINK_END))
-            self._nl = -1
-            self._line_start = False
-        self._e = end
+            self._nl_from = -1
+            self._md.line_start = False
+        self._emit_from = end
         self._eat_nl = True
 
     # -- calls -----------------------------------------------------------------------------
 
-    def _open_call(self, i: int, mod):
-        start = self._nl if self._nl >= 0 else i
-        self._text(self._chan, self._e, start)
+    def _open_call(self, i: int, mod) -> tuple[str, int, int]:
+        start = self._nl_from if self._nl_from >= 0 else i
+        self._text(self._chan, self._emit_from, start)
         body = i + len(CALL_OPEN)
         b = self._base
         self._call = mod.CallParser(self._schemas, self.stream_tools)
@@ -389,7 +363,7 @@ class OutputParser:
         self._body_start = b + body
         self._body = []
         buf = self._buf
-        self._buf, self._e, self._scan, self._base, self._nl = "", 0, 0, b + body, -1
+        self._buf, self._emit_from, self._scan, self._base, self._nl_from = "", 0, 0, b + body, -1
         return buf, body, b + body
 
     def _feed_call(self, s: str, k: int, abs_k: int, eof: bool):
