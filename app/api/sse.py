@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from fastapi.responses import StreamingResponse
 
@@ -46,7 +46,7 @@ def event_lines(event: str, obj: object) -> str:
 
 
 def sse_response(
-    run: Run, body: AsyncIterator[str], error_event: Callable[[APIError], str]
+    run: Run, body: AsyncGenerator[str, None], error_event: Callable[[APIError], str]
 ) -> StreamingResponse:
     """Stream `body`; a failure inside it (a bug, not a client) ends the stream with
     `error_event(error)`, the dialect's final error event, since the status line is sent."""
@@ -61,8 +61,6 @@ def sse_response(
         finally:
             if not run.done:
                 run.cancel()
-            aclose = getattr(body, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await body.aclose()
 
     return StreamingResponse(guarded(), media_type="text/event-stream", headers=SSE_HEADERS)
