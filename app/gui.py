@@ -27,8 +27,12 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.config import add_engine_arguments
+
+if TYPE_CHECKING:  # the verbs share one parser: importing the engine here would slow `parse`
+    from engine.service import Service
 
 log = logging.getLogger("prism")
 
@@ -53,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class Inspector:
     """The window, the feed, the playback and the server for one service. GUI thread."""
 
-    def __init__(self, service, *, host: str = "127.0.0.1", port: int = 8421,
+    def __init__(self, service: Service, *, host: str = "127.0.0.1", port: int = 8421,
                  max_documents: int = 32) -> None:
         from inspector.playback import Playback
         from inspector.tracks import LiveFeed, TrackStore
@@ -67,7 +71,8 @@ class Inspector:
         engine = service.engine
         self.window = MainWindow(self.store, self.playback, [self.feed, self.playback],
                                  submit=service.submit,
-                                 title=f"Prism — {engine.name} ({service.pack.name})")
+                                 title=f"Prism — {engine.name} ({service.pack.name}, "
+                                       f"dialect {service.pack.dialect})")
         self.window.server_toggled.connect(self._server_toggled)
         self.server = None
         self.url: str | None = None
@@ -83,8 +88,8 @@ class Inspector:
 
     def update_status(self) -> None:
         engine = self.service.engine
-        state = getattr(engine, "state", "") or "ready"
-        if getattr(engine, "load_error", None):
+        state = engine.state
+        if engine.load_error:
             state = "failed to load"
         try:
             waiting = engine.queue_depth()
@@ -156,7 +161,7 @@ class Inspector:
         await self.stop_server()
         self.feed.close()
         self.service.engine.close()
-        if getattr(self.service, "recorder", None) is not None:
+        if self.service.recorder is not None:
             self.service.recorder.close()
 
 

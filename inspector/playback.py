@@ -1,10 +1,12 @@
 """Playback of recordings in the inspector: play, pause, step, speed, seek. Qt-free.
 
 Owns `Playback`, which reads a Prism recording (or a plain text file, taken as one model
-output) and plays its requests into `inspector.tracks.Track`s, one token at a time, through a parser
-of its own per request, so the window shows a recording exactly as it showed the live run. It
-is driven by the GUI's frame timer (`poll(now)`); nothing here blocks or starts a thread, which
-is what makes step and seek exact and testable without a window.
+output) through the one recording loader (engine/recording.py) and plays its requests into
+`inspector.tracks.Track`s, one token at a time, through a per-token pipeline of its own per
+request (engine/pipeline.py), so the window shows a recording exactly as it showed the live
+run. It is driven by the GUI's frame timer (`poll(now)`) on the GUI thread; nothing here
+blocks or starts a thread, which is what makes step and seek exact and testable without a
+window. See docs/design.md, section 7 "The window".
 
 Positions: a request of n tokens has positions 0..n+1; position k <= n means its first k
 tokens were fed (so a tail the parser still holds can be looked at), n+1 that the parser was
@@ -19,6 +21,7 @@ service's, so replaying never changes what `/metrics` reports.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,7 +103,8 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
 class Playback:
     """Plays loaded items into a `TrackStore`. GUI thread only; see the module docstring."""
 
-    def __init__(self, store: TrackStore, clock=time.perf_counter) -> None:
+    def __init__(self, store: TrackStore,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.store = store
         self.clock = clock
         self.metrics = Metrics()

@@ -3,8 +3,10 @@
 A `Track` is a request as the window shows it: where it came from, its prompt, the tokens and
 parser events received so far, its parser state and its summary figures. Live requests (from
 the server or the compose box) are filled by `LiveFeed` from the service's `RunUpdate`s;
-recordings are filled by `inspector.playback.Playback`, which runs its own parser per request. The
-views in `widgets/` only read tracks, so they cannot tell the two apart.
+recordings are filled by `inspector.playback.Playback`, which runs its own parser per request
+(through the same per-token pipeline as the service). The views in `widgets/` only read
+tracks, so they cannot tell the two apart. Both fillers are a `TrackSource` to the window.
+See docs/design.md, section 7 "The window".
 
 Threads: `LiveFeed._on_update` runs on the engine thread (or the thread that submitted) and
 only appends to a deque; everything else here runs on the GUI thread, inside the frame timer
@@ -20,14 +22,17 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from engine.base import Timings, Token
 from engine.events import ANOMALY, ANOMALY_KINDS, Event, ParseResult, result_of
+from engine.metrics import Metrics
 from engine.parser import OutputParser
 from engine.pipeline import TokenPipeline
+from engine.request import ChatRequest
+from engine.service import Run, RunUpdate, Service
 
 FIXTURE_FORMAT = "prism-fixture"
 
@@ -50,8 +55,8 @@ class Track:
     dialect: str = "auto"  # the parser's dialect (qwen-xml, hermes-json, auto)
     tools: tuple = ()
     stream_tools: bool = True
-    request: Any = None  # ChatRequest or its recorded dict
-    metrics: Any = None  # the engine.metrics.Metrics its chart points go to
+    request: ChatRequest | dict | None = None  # the live request, or its recorded dict
+    metrics: Metrics | None = None  # where its chart points go (the live or playback ones)
     origin: str = ""  # "live", or the recording it was played from
     created: float = field(default_factory=time.time)
     submitted: float = field(default_factory=time.perf_counter)
@@ -224,7 +229,7 @@ class TrackStore:
     def __len__(self) -> int:
         return len(self._tracks)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Track]:
         return iter(self._tracks.values())
 
     def get(self, id: str) -> Track | None:
@@ -256,14 +261,26 @@ class TrackStore:
         self._docs.extendleft(reversed(keep))
 
 
+class TrackSource(Protocol):
+    """What the window polls on its frame timer: the live feed and the playback are both one.
+    `metrics` is where their tracks' chart points go."""
+
+    @property
+    def metrics(self) -> Metrics | None: ...
+
+    def poll(self, now: float | None = None) -> list[Track]: ...
+
+    def sample(self) -> None: ...
+
+
 class LiveFeed:
     """Carries a service's run updates to tracks: enqueue on the engine thread, apply on the
     GUI thread's frame timer, never one Qt signal per token."""
 
-    def __init__(self, service: Any, store: TrackStore) -> None:
+    def __init__(self, service: Service, store: TrackStore) -> None:
         self.service = service
         self.store = store
-        self._queue: deque = deque()
+        self._queue: deque[tuple[RunUpdate, str]] = deque()
         self._tracks: dict[str, Track] = {}  # live runs by id, until they finish
         service.add_listener(self._on_update)
 
@@ -271,15 +288,15 @@ class LiveFeed:
         self.service.remove_listener(self._on_update)
 
     @property
-    def metrics(self) -> Any:
-        return getattr(self.service, "metrics", None)
+    def metrics(self) -> Metrics | None:
+        return self.service.metrics
 
     def sample(self) -> None:
         """A chart point now (the charts' timer calls it, so they scroll while idle)."""
         if self.metrics is not None:
             self.metrics.sample()
 
-    def _on_update(self, upd: Any) -> None:
+    def _on_update(self, upd: RunUpdate) -> None:
         # Engine thread: deque.append is atomic, and the parser's state is read here because
         # this is the one moment it is consistent with the update's events.
         self._queue.append((upd, upd.run.parser.state))
@@ -309,13 +326,12 @@ class LiveFeed:
             touched[track.id] = track
         return list(touched.values())
 
-    def _new_track(self, run: Any) -> Track:
+    def _new_track(self, run: Run) -> Track:
         req = run.request
-        engine = getattr(self.service, "engine", None)
         return Track(
             id=run.id,
             source=req.api,
-            model=req.model or getattr(engine, "name", ""),
+            model=req.model or self.service.engine.name,
             prompt=run.prompt,
             prompt_tokens=run.prompt_tokens,
             start_state=run.start_state,
@@ -323,7 +339,7 @@ class LiveFeed:
             tools=tuple(req.tools),
             stream_tools=req.stream_tools,
             request=req,
-            metrics=getattr(self.service, "metrics", None),
+            metrics=self.service.metrics,
             origin="live",
             submitted=run.job.submitted_at if run.job and run.job.submitted_at
             else time.perf_counter(),

@@ -30,6 +30,7 @@ from engine.events import (
     UNKNOWN_TOOL,
     merge,
 )
+from inspector.tracks import Track
 from widgets.text_pane import TextPane
 from widgets.theme import ANOMALY_MARKS, ANOMALY_TIPS, COLOURS, MUTED, formats
 from widgets.track_follower import TrackFollower
@@ -89,7 +90,7 @@ class ChannelPanes(TrackFollower, QWidget):
         if self.track is None:
             self._update_titles()
 
-    def _draw_new(self, track) -> None:
+    def _draw_new(self, track: Track) -> None:
         """Draw what arrived since the last call, and the current held tail."""
         panes = self.panes.values()
         for pane in panes:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 from PySide6.QtWidgets import (
     QComboBox,
@@ -29,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.request import ChatRequest, Message, Sampling
+from engine.service import Run
 from widgets.theme import COLOURS, MUTED
 
 EXAMPLE_TOOLS = """[{"type": "function", "function": {"name": "get_weather",
@@ -38,7 +38,7 @@ EXAMPLE_TOOLS = """[{"type": "function", "function": {"name": "get_weather",
 
 
 class ComposeBox(QWidget):
-    def __init__(self, parent=None, submit: Callable[[ChatRequest], Any] | None = None) -> None:
+    def __init__(self, parent=None, submit: Callable[[ChatRequest], Run] | None = None) -> None:
         super().__init__(parent)
         self.submit = submit
         self.run = None
@@ -144,19 +144,19 @@ class ComposeBox(QWidget):
             self._say(f"{type(e).__name__}: {e}", error=True)
             return None
         self.stop_btn.setEnabled(True)
-        self._say(f"sent as {getattr(self.run, 'id', 'a request')}")
+        self._say(f"sent as {self.run.id}")
         return self.run
 
     def stop(self) -> None:
         if self.run is not None:
             self.run.cancel()
-            self._say(f"cancelled {getattr(self.run, 'id', '')}")
+            self._say(f"cancelled {self.run.id}")
         self.stop_btn.setEnabled(False)
 
     def refresh(self) -> None:
         """Frame timer: Stop is only enabled while our last request runs."""
         run = self.run
-        if run is not None and getattr(run, "done", False) and self.stop_btn.isEnabled():
+        if run is not None and run.done and self.stop_btn.isEnabled():
             self.stop_btn.setEnabled(False)
             self._say(f"{run.id}: {run.finish_reason}")
 

@@ -12,7 +12,7 @@ llama.cpp. GUI thread only.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -27,6 +27,10 @@ from PySide6.QtWidgets import (
     QToolButton,
 )
 
+from engine.request import ChatRequest
+from engine.service import Run
+from inspector.playback import Playback
+from inspector.tracks import Track, TrackSource, TrackStore
 from widgets.channel_view import ChannelPanes
 from widgets.compose_box import ComposeBox
 from widgets.metrics_chart import MetricsCharts
@@ -45,7 +49,9 @@ class MainWindow(QMainWindow):
     server_toggled = Signal(bool)
     closed = Signal()
 
-    def __init__(self, store, playback, sources, submit: Callable | None = None,
+    def __init__(self, store: TrackStore, playback: Playback | None,
+                 sources: Sequence[TrackSource],
+                 submit: Callable[[ChatRequest], Run] | None = None,
                  title: str = "Prism") -> None:
         super().__init__()
         self.setWindowTitle(title)
@@ -178,7 +184,7 @@ class MainWindow(QMainWindow):
             if len(self.frame_ms) > 10_000:
                 del self.frame_ms[:5_000]
 
-    def show_track(self, track) -> None:
+    def show_track(self, track: Track) -> None:
         """The selection changed: draw this request everywhere."""
         self.store.protected = track
         self.channels.show_track(track)
@@ -202,13 +208,13 @@ class MainWindow(QMainWindow):
             self._playing_track = it.track
             self.log.select(it.track)
 
-    def _source_for(self, track):
+    def _source_for(self, track: Track) -> TrackSource | None:
         for src in self.sources:
-            if getattr(src, "metrics", None) is track.metrics:
+            if src.metrics is track.metrics:
                 return src
         return None
 
-    def _source_label(self, src) -> str:
+    def _source_label(self, src: TrackSource) -> str:
         return "playback" if src is self.playback else "engine (live)"
 
     # -- recordings ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from engine.events import ANOMALY_KINDS
+from inspector.tracks import TrackSource
 from widgets.theme import ANOMALY_LABELS, BACKGROUND, COLOURS, MUTED
 
 pg.setConfigOptions(antialias=True, background=BACKGROUND, foreground=MUTED)
@@ -116,7 +117,7 @@ class MetricsCharts(QWidget):
         self.curves[key] = curve
         self.buffers[key] = RingBuffer()
 
-    def set_source(self, source, label: str = "") -> None:
+    def set_source(self, source: TrackSource, label: str = "") -> None:
         if source is self.source:
             return
         self.source = source

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.playback import Playback
 from widgets.theme import MUTED
 
 SPEEDS = (("1×", 1.0), ("10×", 10.0), ("instant", 0.0))
@@ -28,7 +29,7 @@ class PlaybackBar(QWidget):
     open_requested = Signal()
     navigated = Signal()  # the user chose another request (previous / next)
 
-    def __init__(self, playback, parent=None) -> None:
+    def __init__(self, playback: Playback, parent=None) -> None:
         super().__init__(parent)
         self.playback = playback
         self.open_btn = QPushButton("Open recording…")

@@ -11,6 +11,7 @@ import re
 
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from inspector.tracks import Track
 from widgets.text_pane import TextPane
 from widgets.theme import MUTED, TEXT, formats
 
@@ -29,10 +30,10 @@ class PromptView(QWidget):
         lay.setSpacing(2)
         lay.addWidget(self.label)
         lay.addWidget(self.pane)
-        self.track = None
+        self.track: Track | None = None
         self._gen = -1
 
-    def show_track(self, track) -> None:
+    def show_track(self, track: Track | None) -> None:
         if track is self.track and track is not None and track.generation == self._gen:
             return  # the prompt never changes while a request runs
         self.track = track

@@ -17,6 +17,7 @@ from bisect import bisect_right
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
 from engine.events import ANOMALY, CONTENT, MARKUP, REASONING, TOOL_CALL, TOOL_START, merge
+from inspector.tracks import Track
 from widgets.channel_view import anomaly_format
 from widgets.text_pane import TextPane
 from widgets.theme import MUTED, TEXT, formats
@@ -74,7 +75,7 @@ class RawView(TrackFollower, QWidget):
         self.raw.clear_all()
         self.strip.show_track(self.track)
 
-    def _draw_new(self, track) -> None:
+    def _draw_new(self, track: Track) -> None:
         pane = self.raw
         pane.begin()
         try:
@@ -144,7 +145,7 @@ class TokenStrip(TrackFollower, TextPane):
         self.clear_all()
         self._n, self._ends = 0, []
 
-    def _draw_new(self, track) -> None:
+    def _draw_new(self, track: Track) -> None:
         toks = track.tokens
         if self._n >= len(toks):
             return

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from engine import dialects
 from engine.events import ANOMALY_KINDS, ParseResult
+from inspector.tracks import Track
 from widgets.text_pane import TextPane
 from widgets.theme import COLOURS, MUTED, TEXT, formats
 
@@ -101,7 +102,7 @@ class ReparseView(QWidget):
         self.run_btn.clicked.connect(self.reparse)
         self.export_btn.clicked.connect(self._export_clicked)
 
-    def set_track(self, track) -> None:
+    def set_track(self, track: Track | None) -> None:
         """Show a request's own settings (nothing is re-parsed until asked)."""
         self.track = track
         self.out.clear_all()

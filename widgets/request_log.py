@@ -9,6 +9,8 @@ with the tracks that changed, one `dataChanged` per row, never per token. GUI th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath
 from PySide6.QtWidgets import (
@@ -24,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.events import ANOMALY_KINDS
+from inspector.tracks import Track
 from widgets.theme import ANOMALY_LABELS, ANOMALY_TIPS, COLOURS, MUTED, TEXT
 
 COLUMNS = ("Request", "Source", "Model", "State", "Prompt", "Output", "TTFT ms", "tok/s",
@@ -38,12 +41,12 @@ _STATE_COLOURS = {"generating": COLOURS["call"], "queued": MUTED, "error": COLOU
 class RequestLogModel(QAbstractTableModel):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self._tracks: list = []  # oldest first; row r shows _tracks[-1 - r]
-        self._rows: dict[str, object] = {}
+        self._tracks: list[Track] = []  # oldest first; row r shows _tracks[-1 - r]
+        self._rows: dict[str, Track] = {}
 
     # -- updates (frame timer) -------------------------------------------------------------
 
-    def add(self, track) -> None:
+    def add(self, track: Track) -> None:
         self.beginInsertRows(QModelIndex(), 0, 0)
         self._tracks.append(track)
         self._rows[track.id] = track
@@ -60,16 +63,16 @@ class RequestLogModel(QAbstractTableModel):
         del self._tracks[:n]
         self.endRemoveRows()
 
-    def changed(self, tracks) -> None:
+    def changed(self, tracks: Iterable[Track]) -> None:
         for t in tracks:
             r = self.row_of(t)
             if r is not None:
                 self.dataChanged.emit(self.index(r, 0), self.index(r, len(COLUMNS) - 1))
 
-    def contains(self, track) -> bool:
+    def contains(self, track: Track) -> bool:
         return track.id in self._rows
 
-    def row_of(self, track) -> int | None:
+    def row_of(self, track: Track) -> int | None:
         if track.id not in self._rows:
             return None
         # Rows are few (bounded) and changes per frame fewer; a scan from the newest end
@@ -239,16 +242,16 @@ class RequestLog(QWidget):
         self.follow.toggled.connect(self._follow_toggled)
 
     @property
-    def current(self):
+    def current(self) -> Track | None:
         return self._current
 
-    def add(self, track) -> None:
+    def add(self, track: Track) -> None:
         self.model.add(track)
         self.count.setText(f"  {self.model.rowCount()}")
         if self.follow.isChecked():
             self.select(track)
 
-    def select(self, track) -> None:
+    def select(self, track: Track) -> None:
         row = self.model.row_of(track)
         if row is None:
             return

@@ -9,14 +9,16 @@ frame. GUI thread only; reads tracks, never writes them.
 
 from __future__ import annotations
 
+from inspector.tracks import Track
+
 
 class TrackFollower:
     """Mixin: subclasses implement `_reset()` (forget what was drawn) and `_draw_new(track)`."""
 
-    track = None  # the track being shown, or None
+    track: Track | None = None  # the track being shown
     _gen = -1  # the track's generation when it was last drawn from scratch
 
-    def show_track(self, track) -> None:
+    def show_track(self, track: Track | None) -> None:
         """Draw a track from scratch (selection changed, or its events restarted)."""
         self.track = track
         self._gen = -1
@@ -38,5 +40,5 @@ class TrackFollower:
     def _reset(self) -> None:
         raise NotImplementedError
 
-    def _draw_new(self, track) -> None:
+    def _draw_new(self, track: Track) -> None:
         raise NotImplementedError
