@@ -18,6 +18,7 @@ is an error (the parser returns the text with a `malformed_call` anomaly).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from engine.dialects.common import (
     FULL,
@@ -34,6 +35,16 @@ from engine.tags import CALL_CLOSE
 NAME = "hermes-json"
 _ESC = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _MAX_DEPTH = 64
+
+
+@dataclass(slots=True)
+class _Frame:
+    """One open object or array of the scanned JSON (mutable: the scanner's own stack)."""
+
+    kind: str  # "{" or "["
+    expect: str  # what may come next: "key", "colon", "value" or "comma"
+    count: int = 0  # values read so far
+    key: str | None = None  # the object's latest key
 
 
 def match_opener(text: str, i: int) -> Match:
@@ -55,7 +66,7 @@ class CallParser(CallBody):
         self._phase = 0  # 0 before the object, 1 inside it, 2 after it
         self._tail = ""  # text after the object (whitespace and </tool_call>)
         # scanner state
-        self._stack: list[list] = []  # frames: [kind '{'|'[', expect, count, key]
+        self._stack: list[_Frame] = []
         self._in_str = False
         self._esc = ""  # pending escape: "" | "\\" | "\\uXXX..."
         self._str: list[str] = []
@@ -161,7 +172,7 @@ class CallParser(CallBody):
         if ch in WS:
             return
         top = self._stack[-1] if self._stack else None
-        expect = top[1] if top else "value"
+        expect = top.expect if top else "value"
         if ch == '"':
             if expect not in ("value", "key"):
                 self.error = "unexpected string"
@@ -178,19 +189,19 @@ class CallParser(CallBody):
                 self.error = "unexpected " + ch
                 return
             self._begin_value(top)
-            if len(self._stack) == 1 and top is not None and top[3] == "arguments" and (
+            if len(self._stack) == 1 and top is not None and top.key == "arguments" and (
                 self.stream and self.name is not None and ch == "{"
             ):
                 self._emit_base = 2  # the arguments object is at depth 2
                 self._args_streamed = True
             self._out(ch)
-            self._stack.append([ch, "key" if ch == "{" else "value", 0, None])
+            self._stack.append(_Frame(ch, "key" if ch == "{" else "value"))
             return
         if ch in "}]":
-            if top is None or top[0] != ("{" if ch == "}" else "["):
+            if top is None or top.kind != ("{" if ch == "}" else "["):
                 self.error = "unbalanced " + ch
                 return
-            if top[1] not in ("comma",) and not (top[2] == 0 and top[1] in ("key", "value")):
+            if top.expect != "comma" and not (top.count == 0 and top.expect in ("key", "value")):
                 self.error = "unexpected " + ch
                 return
             self._out(ch)
@@ -202,16 +213,16 @@ class CallParser(CallBody):
             self._end_value()
             return
         if ch == ":":
-            if top is None or top[1] != "colon":
+            if top is None or top.expect != "colon":
                 self.error = "unexpected :"
                 return
-            top[1] = "value"
+            top.expect = "value"
             return
         if ch == ",":
-            if top is None or top[1] != "comma":
+            if top is None or top.expect != "comma":
                 self.error = "unexpected ,"
                 return
-            top[1] = "key" if top[0] == "{" else "value"
+            top.expect = "key" if top.kind == "{" else "value"
             self._out(", ")
             return
         if expect != "value" or ch not in "-0123456789tfn":
@@ -220,9 +231,9 @@ class CallParser(CallBody):
         self._begin_value(top)
         self._lit.append(ch)
 
-    def _begin_value(self, top) -> None:
+    def _begin_value(self, top: _Frame | None) -> None:
         if top is not None:
-            top[2] += 1
+            top.count += 1
 
     def _end_value(self) -> None:
         """A value just closed in the current top frame (or the whole object closed)."""
@@ -230,7 +241,7 @@ class CallParser(CallBody):
             self._phase = 2
             self._finish_object()
             return
-        self._stack[-1][1] = "comma"
+        self._stack[-1].expect = "comma"
 
     def _end_literal(self) -> None:
         tok = "".join(self._lit)
@@ -274,11 +285,11 @@ class CallParser(CallBody):
             text = "".join(self._str)
             top = self._stack[-1] if self._stack else None
             if self._string_is_key:
-                top[3] = text
-                top[1] = "colon"
+                top.key = text
+                top.expect = "colon"
                 self._out(f"{json.dumps(text)}: ")
                 return
-            if len(self._stack) == 1 and top is not None and top[3] == "name":
+            if len(self._stack) == 1 and top is not None and top.key == "name":
                 self.name = text
                 if self.stream and not self._started:
                     self._started = True
