@@ -141,9 +141,6 @@ class CallParser(CallBody):
 
     # -- the JSON scanner ------------------------------------------------------------------
 
-    def _emitting(self) -> bool:
-        return self._emit_base > 0
-
     def _out(self, s: str) -> None:
         if self._emit_base:
             self._frag.append(s)
