@@ -13,6 +13,8 @@ from engine.recording import (
     Recorder,
     RecordingError,
     default_session_path,
+    is_recording,
+    load_recording,
     read_session,
     request_from_dict,
     request_to_dict,
@@ -198,3 +200,22 @@ def test_older_files_name_the_client_and_the_dialect_differently(tmp_path: Path,
     assert (r.api, r.dialect) == (api, dialect)
     # The request body of those files names its client `dialect` too.
     assert request_from_dict(r.request).api == "responses"
+
+
+def test_the_loader_tells_recordings_from_text_and_reads_past_damage(tmp_path: Path,
+                                                                     caplog) -> None:
+    path = tmp_path / "named-like-text.txt"  # recognised by its header, not its name
+    with Recorder(path, model="m") as rec:
+        _write_one(rec)
+        rec.request("r2", REQ, "<prompt>", t0=200.0)
+        rec.token("r2", 0, Token(9, "cut", 200.1))
+    text = tmp_path / "out.jsonl"
+    text.write_text('{"format": "something else"}\nplain words', encoding="utf-8")
+    assert is_recording(path) and not is_recording(text)
+    path.write_text(path.read_text(encoding="utf-8") + '{"type": "tok', encoding="utf-8")
+    with caplog.at_level("WARNING", logger="prism"):
+        session = load_recording(path)
+    assert "truncated" in caplog.text
+    first, cut = session.requests
+    assert first.outcome == ("stop", None)
+    assert cut.outcome == ("error", "the recording ends before this request finished")

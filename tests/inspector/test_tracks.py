@@ -6,6 +6,7 @@ import time
 
 from engine.base import Token
 from engine.events import Event
+from engine.request import ChatRequest, Message
 from inspector.tracks import LiveFeed, Track, TrackStore
 
 
@@ -76,3 +77,41 @@ def test_live_feed_only_enqueues_on_the_engine_thread():
     assert feed.poll() == []
     feed.close()
     assert svc.listeners == []
+
+
+CALL_IN_THINKING = ("The user wants the weather.\n<tool_call>\n<function=get_weather>\n"
+                    "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>")
+
+
+def test_live_feed_fills_a_track_from_a_real_run(replay_service):
+    svc = replay_service(CALL_IN_THINKING)
+    store = TrackStore()
+    feed = LiveFeed(svc, store)
+    run = svc.submit(ChatRequest(messages=(Message("user", "Weather in Paris?"),), api="gui"))
+    run.wait(5)
+    assert feed.poll()  # everything queued on the engine thread is applied here
+    track = store.get(run.id)
+    assert (track.source, track.model, track.status) == ("gui", svc.engine.name, "done")
+    assert track.metrics is svc.metrics is feed.metrics
+    assert track.raw == CALL_IN_THINKING and track.events == run.events
+    assert track.finish_reason == "tool_calls" == run.finish_reason
+    assert track.anomalies["implicit_reasoning_end"] == 1
+    assert feed.poll() == []  # nothing new
+    feed.close()
+
+
+def test_reparse_under_other_settings_and_a_stable_fixture():
+    t = Track(id="x", start_state="reasoning", dialect="qwen-xml")
+    t.add_tokens(Token(i, piece, 0.0) for i, piece in enumerate(
+        ["The user wants", " the weather.\n<tool", "_call>\n<function=get_weather>\n",
+         "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"]))
+    t.finish("stop")
+    _, own = t.reparse()
+    assert own.reasoning == "The user wants the weather." and own.finish_reason == "tool_calls"
+    _, as_content = t.reparse(start="content")
+    assert as_content.reasoning == "" and as_content.content == "The user wants the weather."
+    assert as_content.anomalies["implicit_reasoning_end"] == 0
+    fixture = t.fixture()
+    assert fixture == t.fixture()  # call ids are fixed, so the fixture is stable
+    assert fixture["chunks"] == [tok.text for tok in t.tokens]
+    assert fixture["expected"]["tool_calls"][0]["arguments"] == {"city": "Paris"}

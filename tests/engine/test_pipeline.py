@@ -1,0 +1,60 @@
+"""engine/pipeline.py: one request's tokens through the parser, to metrics and a recorder."""
+
+from __future__ import annotations
+
+import logging
+
+from engine.base import Finish, Timings, Token
+from engine.events import merge, result_of
+from engine.metrics import Metrics
+from engine.parser import OutputParser
+from engine.pipeline import TokenPipeline
+from engine.recording import Recorder, read_session
+from tests.support import Clock
+
+PIECES = ["The user wants", " the weather.\n<tool", "_call>\n<function=get_weather>\n",
+          "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"]
+
+
+def parser() -> OutputParser:
+    return OutputParser(start="reasoning", dialect="qwen-xml", stream_tools=False)
+
+
+def test_without_reporting_it_is_the_parser() -> None:
+    pipe = TokenPipeline("r", parser())
+    events = [ev for i, p in enumerate(PIECES) for ev in pipe.feed(Token(i, p, 0.0))]
+    events += pipe.finish()
+    p = parser()
+    expected = [ev for piece in PIECES for ev in p.feed(piece)] + p.finish()
+    key = [(e.kind, e.text, e.span, e.anomaly) for e in merge(events)]
+    assert key == [(e.kind, e.text, e.span, e.anomaly) for e in merge(expected)]
+    assert pipe.n_tokens == len(PIECES) and pipe.state == p.state
+
+
+def test_counts_records_and_logs_what_it_parses(tmp_path, caplog) -> None:
+    clock = Clock()
+    metrics = Metrics()
+    path = tmp_path / "s.jsonl"
+    with Recorder(path) as rec:
+        rec.request("r", {"messages": []}, "prompt", start_state="reasoning", t0=0.0)
+        pipe = TokenPipeline("r", parser(), metrics=metrics, recorder=rec, clock=clock)
+        pipe.start("openai", "model", 7)
+        with caplog.at_level(logging.INFO, logger="prism"):
+            events = []
+            for i, piece in enumerate(PIECES):
+                events += pipe.feed(Token(i, piece, 0.5 * (i + 1)), t=1000.0 + i)
+            events += pipe.finish()
+        result = result_of(events, "stop")
+        fin = Finish("stop", Timings(prompt_tokens=7, output_tokens=len(PIECES)))
+        pipe.finished(fin, result)
+    snap = metrics.snapshot()
+    (req,) = snap["requests"]
+    assert req["output_tokens"] == len(PIECES) and req["finish_reason"] == "tool_calls"
+    assert req["anomalies"]["implicit_reasoning_end"] == 1
+    # the log line shows the reasoning that preceded the call, not the anomaly's own text
+    assert "implicit end of thinking: r The user wants the weather." in caplog.text
+    (recorded,) = read_session(path).requests
+    assert [t.text for t in recorded.tokens] == PIECES
+    assert [t.t for t in recorded.tokens] == [0.5, 1.0, 1.5, 2.0]  # the token's own times
+    assert recorded.finish == "stop"
+    assert recorded.result["tool_calls"][0]["arguments"] == {"city": "Paris"}
