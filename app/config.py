@@ -12,6 +12,8 @@ import logging
 from pathlib import Path
 
 from app import upstream
+from engine import dialects
+from engine.families import preserved_tokens
 from engine.metrics import Metrics
 from engine.packs import PackError, resolve_pack
 from engine.recording import Recorder, default_session_path
@@ -26,6 +28,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    "qwen3-hermes) or a pack directory (a GGUF plus tokenizer/chat_template.jinja)")
     p.add_argument("--model", help="a GGUF file; its chat template comes from its metadata "
                    "(or from --pack when both are given)")
+    p.add_argument("--dialect", choices=dialects.NAMES, help="the tool-call dialect to parse "
+                   "(default: the pack's, or the family detected from the GGUF's chat template)")
     p.add_argument("--replay", nargs="+", metavar="FILE", help="serve recorded sessions or "
                    "plain-text model outputs instead of a model (each request takes the next)")
     p.add_argument("--replay-speed", type=float, default=0.0,
@@ -45,7 +49,8 @@ def resolve(args: argparse.Namespace):
     """The pack these arguments name; replays need only its template."""
     name = args.pack or (REPLAY_PACK if args.replay and not args.model else None)
     try:
-        return resolve_pack(name, args.model, require_model=not args.replay)
+        return resolve_pack(name, args.model, require_model=not args.replay,
+                            dialect=args.dialect)
     except PackError as e:
         raise SystemExit(f"prism: {e}") from None
 
@@ -66,7 +71,8 @@ def build_service(args: argparse.Namespace) -> Service:
             raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
         engine = LlamaEngine(pack.gguf, n_ctx=args.n_ctx or pack.n_ctx,
                              n_gpu_layers=args.n_gpu_layers,
-                             n_threads=args.threads)
+                             n_threads=args.threads,
+                             preserved=preserved_tokens(pack.dialect))
     recorder = None
     if not args.no_record:
         recorder = Recorder(args.record_to or default_session_path(),

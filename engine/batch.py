@@ -241,7 +241,8 @@ class Batcher:
         a.n_out += 1
         k = a.job.top_logprobs
         top = top_logprobs(self.ctx, self._vocab_ptr, self.n_vocab, a.row, k) if k > 0 else ()
-        for out in a.gate.push(tok, piece(self._vocab_ptr, tok), t_tok, top):
+        text = piece(self._vocab_ptr, tok, tok in self.vocab.preserved)  # engine/vocab.py
+        for out in a.gate.push(tok, text, t_tok, top):
             a.job.on_token(out)
         if a.gate.stopped:
             self._end(a, "stop")

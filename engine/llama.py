@@ -17,8 +17,9 @@ Choices made on purpose (docs/design.md, section "Parallel sequences"):
   behind its own lock (it never waits for a generation), linear in the text, with a cheap lower
   bound that refuses a prompt that cannot fit before tokenizing it (`tokenize(text, limit)`).
 - Special tokens are detokenized without their text (llama-server's default): end-of-turn
-  markers never leak into the output. The end-of-generation token ends the job ("stop") and is
-  neither reported nor counted.
+  markers never leak into the output. Exactly the tokens in `preserved` (the pack's dialect
+  lists them: gpt-oss's `<|channel|>`, Kimi's `<|tool_call_begin|>`) render as text. The
+  end-of-generation token ends the job ("stop") and is neither reported nor counted.
 - Probability mode costs ~0.4 ms a token for k=5..20 on the default model (n_vocab 49152,
   2-core box), against ~22 ms to decode one: under 2%.
 - Threads: n_threads=None keeps llama-cpp-python's default (half the logical CPUs for decode,
@@ -59,6 +60,7 @@ class LlamaEngine(QueuedEngine):
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
         prefill_chunk: int | None = None,
+        preserved: Sequence[str] = (),
         verbose: bool = False,
     ):
         self.model_path = Path(model_path)
@@ -70,7 +72,11 @@ class LlamaEngine(QueuedEngine):
         self.n_ctx = n_ctx  # what one request may use (the pool is shared, never sliced)
         self.parallel = parallel
         self.kv_bytes = 0  # the KV cache's size, known once loaded
-        self._vocab = Vocab(self.model_path)  # raises here on a file that is no GGUF
+        # Raises here on a file that is no GGUF.
+        self._vocab = Vocab(self.model_path, preserved=preserved)
+        if self._vocab.preserved_texts:
+            log.info("[prism] special tokens kept as text: %s",
+                     " ".join(self._vocab.preserved_texts))
         self._batcher = None  # the worker thread's alone
         self._options = {"n_ctx": n_ctx, "parallel": parallel, "n_gpu_layers": n_gpu_layers,
                          "n_threads": n_threads, "verbose": verbose}

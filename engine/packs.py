@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import logging
 import mmap
 import os
 import struct
@@ -25,13 +26,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine import dialects, families
 from engine.template import ChatTemplate
 
+log = logging.getLogger("prism")
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 TEMPLATES = RESOURCES / "templates"
 PACKS = RESOURCES / "packs"
 DEFAULT_PACK = "smollm2"
-DIALECTS = ("qwen-xml", "hermes-json", "auto")
+DIALECTS = ("qwen-xml", "hermes-json", "auto", *families.BY_DIALECT)
 # A GGUF advertises its training context (Qwen3: 40960, some 262144); the KV cache for that
 # would not fit a desktop, so bare GGUFs get at most this much unless a pack says otherwise.
 MAX_DEFAULT_CTX = 8192
@@ -62,6 +65,7 @@ class Pack:
     eos_token: str = ""
     stop: tuple[str, ...] = ()
     template_origin: str = ""
+    dialect_origin: str = ""  # why this dialect: the pack, --dialect, or the template's marker
 
     def chat_template(self) -> ChatTemplate:
         return ChatTemplate(self.template, bos_token=self.bos_token, eos_token=self.eos_token)
@@ -168,11 +172,28 @@ def _special_tokens(meta: dict[str, Any]) -> tuple[str, str]:
 
 
 def guess_dialect(template: str) -> str:
-    # `<parameter=` rather than `<function=`: a Hermes template may mention `<function=` too
-    # (Prism's qwen3_hermes.jinja does, in its history repair); only XML templates write params.
-    if "<parameter=" in template:
-        return "qwen-xml"
-    return "hermes-json" if "<tool_call>" in template else "auto"
+    """The dialect a template's markers name (engine/families.py), or `auto` when the parser
+    has no reader for that family yet."""
+    found = families.detect(template).dialect
+    return found if found in dialects.NAMES else "auto"
+
+
+def _detected(template: str, origin: str) -> dict[str, Any]:
+    """Dialect, thinking default and stop strings guessed from a template, logged with the
+    marker that decided them (the window shows `dialect_origin`)."""
+    found = families.detect(template)
+    dialect = guess_dialect(template)
+    if found.marker:
+        why = f"detected from {found.marker!r} in the chat template"
+        if dialect != found.dialect:
+            why = f"{found.dialect} {why}; no parser for it here, so auto"
+    else:
+        why = "no family marker in the chat template"
+    log.info("[prism] dialect %s (%s, %s)", dialect, why, origin)
+    fam = found.family
+    thinking = fam.thinking if fam is not None else "<think>" in template
+    return {"dialect": dialect, "thinking": thinking, "dialect_origin": why,
+            "stop": fam.stop if fam is not None else None}
 
 
 def _template_file(stem: str) -> str:
@@ -180,7 +201,8 @@ def _template_file(stem: str) -> str:
 
 
 def _stops(template: str, eos: str) -> tuple[str, ...]:
-    found = [t for t in TURN_ENDS if t in template]
+    own = families.family_stops(families.detect(template).dialect)
+    found = [t for t in TURN_ENDS if t in template] if own is None else list(own)
     return tuple(found + ([eos] if eos and eos not in found else []))
 
 
@@ -200,12 +222,14 @@ def pack_from_gguf(path: str | Path) -> Pack:
         template, origin = _template_file(stem), f"resources/templates/{stem}.jinja"
     bos, eos = _special_tokens(meta)
     ctx = meta.get(f"{arch}.context_length")
+    found = _detected(template, origin)
     return Pack(
         name=str(meta.get("general.name") or path.stem), gguf=path, template=template,
-        dialect=guess_dialect(template), thinking="<think>" in template,
+        dialect=found["dialect"], thinking=found["thinking"],
         n_ctx=min(ctx, MAX_DEFAULT_CTX) if isinstance(ctx, int) and ctx > 0 else 4096,
         description=f"{arch or 'unknown'} model from {path}", bos_token=bos, eos_token=eos,
         stop=_stops(template, eos), template_origin=origin,
+        dialect_origin=found["dialect_origin"],
     )
 
 
@@ -319,6 +343,7 @@ def _build(spec: PackSpec, gguf: Path | None) -> Pack:
         name=spec.name, gguf=gguf, template=template, dialect=spec.dialect,
         thinking=spec.thinking, n_ctx=n_ctx, description=spec.description, bos_token=bos,
         eos_token=eos, stop=spec.stop, template_origin=origin,
+        dialect_origin=f"pack {spec.name}",
     )
 
 
@@ -347,10 +372,11 @@ def pack_from_dir(path: str | Path) -> Pack:
     template_file = folder / "tokenizer" / "chat_template.jinja"
     if template_file.is_file():
         template = template_file.read_text(encoding="utf-8")
+        found = _detected(template, str(template_file))
         pack = replace(
-            pack, template=template, dialect=guess_dialect(template),
-            thinking="<think>" in template, stop=_stops(template, pack.eos_token),
-            template_origin=str(template_file),
+            pack, template=template, dialect=found["dialect"], thinking=found["thinking"],
+            stop=_stops(template, pack.eos_token), template_origin=str(template_file),
+            dialect_origin=found["dialect_origin"],
         )
     pack = replace(pack, name=folder.name)
     toml = folder / "pack.toml"
@@ -370,6 +396,7 @@ def resolve_pack(
     pack_dir: str | None = None,
     *,
     require_model: bool = True,
+    dialect: str | None = None,
 ) -> Pack:
     """The pack the command line asks for: `--pack-dir DIR`, `--pack NAME` (a built-in, or a
     folder or .gguf path), `--model FILE.gguf` (with a pack: that pack's template on this
@@ -397,4 +424,9 @@ def resolve_pack(
         pack = replace(pack, gguf=model_path)
     if require_model and pack.gguf is None:
         raise PackError(f"pack {pack.name!r} ships no model: pass --model PATH.gguf")
+    if dialect:  # --dialect overrides the pack and the template's markers
+        if dialect not in dialects.NAMES:
+            raise PackError(f"unknown dialect {dialect!r}; one of {', '.join(dialects.NAMES)}")
+        log.info("[prism] dialect %s (--dialect; the pack says %s)", dialect, pack.dialect)
+        pack = replace(pack, dialect=dialect, dialect_origin="--dialect")
     return pack

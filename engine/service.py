@@ -25,13 +25,14 @@ from dataclasses import dataclass
 
 from engine.base import Engine, Finish, Job, Timings, Token
 from engine.events import Event, ParseResult, result_of
+from engine.families import start_state
 from engine.metrics import Metrics
 from engine.packs import Pack
 from engine.parser import OutputParser
 from engine.pipeline import TokenPipeline
 from engine.recording import Recorder
 from engine.request import ChatRequest
-from engine.template import ChatTemplate, start_state
+from engine.template import ChatTemplate
 
 _DONE = object()
 _ids = itertools.count(1)
@@ -199,7 +200,7 @@ class Service:
         n_ctx = self.engine.n_ctx
         if n_prompt >= n_ctx or (request.max_tokens and n_prompt + request.max_tokens > n_ctx):
             raise ContextOverflow(n_ctx, n_prompt, request.max_tokens)
-        run = Run(self, request, prompt, start_state(prompt), n_prompt)
+        run = Run(self, request, prompt, start_state(prompt, self.pack.dialect), n_prompt)
         max_tokens = request.max_tokens or max(1, n_ctx - n_prompt)
         job = Job(
             prompt=prompt, prompt_ids=tuple(ids), max_tokens=max_tokens,

@@ -5,6 +5,11 @@ tokenizing never waits for a running generation and never touches the engine thr
 context. The lock only orders callers among themselves (llama.cpp does not promise its vocab
 is reentrant). The engine thread uses the same object to render pieces.
 
+Preserved tokens: special tokens render as nothing (end-of-turn markers must not leak into
+the output), except exactly those the pack's dialect lists (`preserved`, llama.cpp's name):
+gpt-oss's `<|channel|>` or Kimi's `<|tool_call_begin|>` are special tokens, and the parser
+must see them as text (docs/design.md, section "Model families").
+
 Tokenizing is linear in the text (docs/design.md, section "Hardening"). llama.cpp's own
 tokenizer splits the text at special tokens by walking a linked list from its head for every
 match, so its cost grows with the square of the number of special tokens: 1.9 MB of
@@ -57,7 +62,7 @@ def piece(vocab: Any, tok: int, special: bool = False) -> bytes:
 class Vocab:
     """Tokenize / detokenize / piece for one GGUF. Thread-safe; see the module docstring."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, preserved: Sequence[str] = ()) -> None:
         import llama_cpp
         from llama_cpp import _internals
 
@@ -91,6 +96,9 @@ class Vocab:
         # Longest first: at one position the longer special token wins, as in llama.cpp.
         alts = sorted(specials, key=len, reverse=True)
         self._split = re.compile("|".join(map(re.escape, alts))) if alts else None
+        # The listed texts that are special tokens here; the others render as text anyway.
+        self.preserved_texts = tuple(t for t in preserved if t in specials)
+        self.preserved = frozenset(specials[t][0] for t in self.preserved_texts)
 
     # -- any thread ------------------------------------------------------------------------
 
@@ -134,12 +142,12 @@ class Vocab:
     def detokenize(self, ids: Sequence[int]) -> str:
         with self._lock:
             vocab = self._open().vocab
-            data = b"".join(piece(vocab, int(i)) for i in ids)
+            data = b"".join(piece(vocab, int(i), int(i) in self.preserved) for i in ids)
         return data.decode("utf-8", "replace")
 
     def piece(self, tok: int) -> bytes:
         with self._lock:
-            return piece(self._open().vocab, tok)
+            return piece(self._open().vocab, tok, tok in self.preserved)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,177 @@
+"""engine/families.py (detection from a template, the start state per family, the tokens kept
+as text), its use by engine/packs.py on synthetic GGUFs and `--dialect`, and the engine
+rendering exactly the preserved special tokens on the real default model (SmolLM2, whose
+`<|im_start|>` and `<|im_end|>` are special tokens; token-reference grammars make it emit
+them)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine import dialects, families
+from engine.base import Finish, Job, Token
+from engine.families import FAMILIES, detect, preserved_tokens, start_state
+from engine.packs import TEMPLATES, builtin_packs, pack_from_gguf, resolve_pack
+from engine.request import Sampling
+from tests.engine.test_packs import write_gguf
+
+# One line from each family's real chat template (the markers detection must read), with the
+# dialect it names. The DeepSeek V3.2 line also mentions V3's call marker, GLM's writes
+# <tool_call>, Harmony's Gemma-like `<|channel`: the order in FAMILIES decides them.
+REAL_SNIPPETS = {
+    "harmony": "{{- '<|start|>assistant<|channel|>analysis<|message|>' + message.thinking }}",
+    "dsml": "{{ '<｜DSML｜function_calls>' }}{# not <｜tool▁calls▁begin｜> #}",
+    "deepseek": "{{'<｜Assistant｜>'}}{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'}}",
+    "kimi-k2": "<|im_assistant|>assistant<|im_middle|>{{ '<|tool_calls_section_begin|>' }}",
+    "minimax-xml": "{{- ']~b]ai' ~ '\\n' }}{{ '<minimax:tool_call>' }}",
+    "glm": "[gMASK]<sop>{{ '<tool_call>' + tc.name }}<arg_key>{{ k }}</arg_key>",
+    "mistral": "[INST]{{ m.content }}[/INST][TOOL_CALLS]{{ tc.name }}[ARGS]",
+    "gemma4": "{{- '<|turn>model\\n' -}}{{- '<|channel>thought\\n<channel|>' -}}",
+    "llama3-json": "<|start_header_id|>assistant<|end_header_id|>\\n\\n<|python_tag|>",
+    "qwen-xml": "<tool_call>\\n<function={{ name }}>\\n<parameter={{ k }}>",
+    "hermes-json": "<tool_call>\\n{\"name\": {{ name }}}",
+    "auto": "<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>",
+}
+
+
+@pytest.mark.parametrize("want", list(REAL_SNIPPETS))
+def test_detect_reads_each_familys_markers(want):
+    found = detect(REAL_SNIPPETS[want])
+    assert found.dialect == want
+    assert (found.marker == "") == (want == "auto")
+    if found.marker:
+        assert found.marker in REAL_SNIPPETS[want]
+
+
+def test_every_family_has_its_own_markers_and_a_distinct_dialect():
+    assert len({f.dialect for f in FAMILIES}) == len(FAMILIES)
+    for fam in FAMILIES:  # a marker of one family never selects another one earlier in order
+        for marker in fam.markers:
+            assert detect(marker).dialect == fam.dialect, marker
+
+
+@pytest.mark.parametrize(("dialect", "prompt", "want"), [
+    ("deepseek", "<｜User｜>hi<｜Assistant｜><think>\n", "reasoning"),
+    ("deepseek", "<｜User｜>hi<｜Assistant｜></think>", "content"),
+    ("harmony", "<|start|>user<|message|>hi<|end|><|start|>assistant", "content"),
+    ("harmony", "<|start|>assistant<|channel|>analysis<|message|>", "reasoning"),
+    # an earlier analysis message is closed by its <|end|>: the new turn starts in content
+    ("harmony", "<|channel|>analysis<|message|>x<|end|><|start|>assistant", "content"),
+    ("gemma4", "<|turn>model\n<|channel>thought\n<channel|>", "content"),
+    ("gemma4", "<|turn>model\n<|channel>thought\n", "reasoning"),
+    ("mistral", "[/INST][THINK]", "reasoning"),
+    ("mistral", "[/INST][THINK]x[/THINK]", "content"),
+    ("llama3-json", "<think>", "content"),  # no reasoning in Llama 3: never starts in it
+    ("minimax-xml", "]~b]ai\n<think>\n", "reasoning"),
+    ("qwen-xml", "<|im_start|>assistant\n<think>\n", "reasoning"),
+    ("auto", "<|im_start|>assistant\n", "content"),
+])
+def test_start_state_per_family(dialect, prompt, want):
+    assert start_state(prompt, dialect) == want
+
+
+def test_preserved_tokens_come_from_the_dialect_modules():
+    for name in dialects.NAMES:
+        listed = preserved_tokens(name)
+        assert len(set(listed)) == len(listed)
+        mod = dialects.DIALECTS.get(name)
+        if mod is not None:
+            assert set(listed) == set(getattr(mod, "PRESERVED_TOKENS", ()))
+    # auto reads Qwen XML or Hermes JSON only, whatever other dialects are registered
+    assert set(preserved_tokens("auto")) == set(preserved_tokens("qwen-xml")) | set(
+        preserved_tokens("hermes-json"))
+    assert preserved_tokens("no-such-dialect") == ()
+
+
+# --- packs: detection on a GGUF's own template, --dialect --------------------------------------
+
+HARMONY_TEMPLATE = ("{% for m in messages %}<|start|>{{ m.role }}<|channel|>final<|message|>"
+                    "{{ m.content }}<|end|>{% endfor %}<|start|>assistant")
+
+
+def _gguf(tmp_path: Path, template: str) -> Path:
+    return write_gguf(tmp_path / "m.gguf", {
+        "general.architecture": "gpt-oss", "general.name": "Tiny OSS",
+        "tokenizer.chat_template": template, "tokenizer.ggml.tokens": ["<|return|>", "x"],
+        "tokenizer.ggml.eos_token_id": 0})
+
+
+def test_a_gguf_template_names_its_family_and_the_log_says_why(tmp_path, caplog):
+    caplog.set_level("INFO", logger="prism")
+    pack = pack_from_gguf(_gguf(tmp_path, HARMONY_TEMPLATE))
+    registered = "harmony" in dialects.NAMES
+    assert pack.dialect == ("harmony" if registered else "auto")
+    assert "'<|channel|>'" in pack.dialect_origin
+    assert "<|channel|>" in caplog.text and f"dialect {pack.dialect}" in caplog.text
+    # <|end|> ends a Harmony message, not the turn: it must never be a stop string there
+    assert "<|end|>" not in pack.stop and "<|return|>" in pack.stop
+    assert pack.thinking
+
+
+def test_dialect_flag_overrides_the_template(tmp_path):
+    gguf = _gguf(tmp_path, HARMONY_TEMPLATE)
+    pack = resolve_pack(model=str(gguf), dialect="hermes-json")
+    assert pack.dialect == "hermes-json" and pack.dialect_origin == "--dialect"
+    with pytest.raises(Exception, match="unknown dialect"):
+        resolve_pack(model=str(gguf), dialect="nonsense")
+
+
+def test_builtin_pack_dialects_name_their_origin():
+    pack = resolve_pack("qwen3-xml", require_model=False)
+    assert pack.dialect_origin == "pack qwen3-xml"
+
+
+def test_shipped_family_templates_are_detected_as_their_family():
+    for spec in builtin_packs().values():
+        fam = families.BY_DIALECT.get(spec.dialect)
+        if fam is None:
+            continue
+        text = (TEMPLATES / spec.template).read_text(encoding="utf-8")
+        assert detect(text).dialect == spec.dialect, spec.name
+
+
+# --- the engine: exactly the preserved special tokens render as text ---------------------------
+
+
+def _generate(engine, grammar: str) -> tuple[list[Token], Finish]:
+    toks: list[Token] = []
+    done, fin = threading.Event(), []
+    job = Job(prompt="<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+              on_token=toks.append, on_finish=lambda f: (fin.append(f), done.set()),
+              grammar=grammar, max_tokens=12, sampling=Sampling(temperature=0.0))
+    engine.submit(job)
+    assert done.wait(60)
+    return toks, fin[0]
+
+
+@pytest.mark.model
+def test_the_engine_renders_exactly_the_preserved_special_tokens(default_model):
+    from engine.llama import LlamaEngine
+    from engine.vocab import Vocab
+
+    vocab = Vocab(default_model)
+    try:
+        im_start, other = vocab.tokenize("<|im_start|>")[-1], vocab.tokenize("<repo_name>")[-1]
+    finally:
+        vocab.close()
+    # A token reference (`<|im_start|>`, `<[id]>`) in a grammar makes the model emit that very
+    # token, not its text spelled out in plain pieces.
+    grammar = f'root ::= "a" <|im_start|> "b" <[{other}]> "c"'
+    plain = LlamaEngine(default_model, n_ctx=512)
+    kept = LlamaEngine(default_model, n_ctx=512, preserved=("<|im_start|>", "<think>"))
+    try:
+        assert plain.ready.wait(60) and kept.ready.wait(60)
+        toks, fin = _generate(kept, grammar)
+        assert fin.reason == "stop", fin
+        assert [t.id for t in toks][1] == im_start and toks[3].id == other
+        assert "".join(t.text for t in toks) == "a<|im_start|>bc"  # <repo_name> stays hidden
+        assert kept.detokenize([im_start, other]) == "<|im_start|>"
+        toks, _ = _generate(plain, grammar)
+        assert "".join(t.text for t in toks) == "abc"  # nothing preserved: both invisible
+        assert plain.detokenize([im_start]) == ""
+    finally:
+        plain.close()
+        kept.close()
