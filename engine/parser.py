@@ -156,9 +156,9 @@ class OutputParser:
         )
         return out
 
-    def finish(self, reason: str = "stop") -> list[Event]:
-        """End of output: resolve everything held. `reason` is informational (the engine's
-        finish reason); use `events.result_of` for the final result."""
+    def finish(self) -> list[Event]:
+        """End of output: resolve everything held. The engine's finish reason goes to
+        `events.result_of`, which builds the final result."""
         out = self._out = []
         self._plain = False
         self._pump("", 0, self._total, eof=True)

@@ -107,7 +107,7 @@ def main(out: Path) -> None:
                 rec.token(rid, i, Token(_piece_id(piece), piece, t0 + t))
                 events += parser.feed(piece)
                 t += rng.uniform(0.018, 0.032)  # ~40 tokens/s
-            events += parser.finish("stop")
+            events += parser.finish()
             timings = Timings(queue_ms=0.0, prompt_ms=first * 1000, ttft_ms=first * 1000,
                               decode_ms=(t - first) * 1000, prompt_tokens=len(split_text(prompt)),
                               output_tokens=len(pieces))

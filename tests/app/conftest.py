@@ -42,7 +42,7 @@ def oracle(text: str, *, start: str = "reasoning", dialect: str = "qwen-xml", to
            reason: str = "stop"):
     """What the parser makes of a whole output: the expected result of every dialect."""
     p = OutputParser(start=start, dialect=dialect, tools=tuple(tools), stream_tools=True)
-    events = p.feed(text) + p.finish(reason)
+    events = p.feed(text) + p.finish()
     return result_of(events, reason)
 
 

@@ -22,7 +22,7 @@ def events_of(raw: str, *, start: str = "reasoning", chunk: int = 0,
     size = chunk or len(raw) or 1
     for i in range(0, len(raw), size):
         evs += p.feed(raw[i:i + size])
-    return evs + p.finish("stop")
+    return evs + p.finish()
 
 
 def steps_of(events: list[Event]) -> list[Step]:

@@ -53,7 +53,7 @@ def test_export_fixture_reproduces_the_result(window, tmp_path):
                           tools=settings["tools"], stream_tools=settings["stream_tools"],
                           id_prefix="fixture")
     events = [ev for chunk in data["chunks"] for ev in parser.feed(chunk)]
-    events += parser.finish("stop")
+    events += parser.finish()
     assert result_of(events, "stop").to_dict() == data["expected"]
     assert data["expected"]["anomalies"]["implicit_reasoning_end"] == 1
     assert data["expected"]["tool_calls"][0]["arguments"] == {"city": "Lisbon",
