@@ -4,7 +4,7 @@ Owns `OutputParser`, the one parser that the GUI, the server and replay all driv
 no I/O, not thread-safe: one parser per response, fed by whichever thread reads the tokens (the
 engine thread in the service, the caller in `prism parse`).
 
-The rules (DESIGN.md "The parser"; seeds 000, 001, 004):
+The rules (docs/design.md, section 4 "The parser", which gives the reasoning behind each):
 
 1. Start in `reasoning` when the prompt left `<think>` open, else `content`. A `<think>` the
    model writes at the very start (after optional whitespace) is consumed and enters reasoning.
@@ -21,6 +21,9 @@ The rules (DESIGN.md "The parser"; seeds 000, 001, 004):
    they stream `tool_start` / `tool_args` events before the whole `tool_call`.
 9. Chunking never changes the merged events: every decision waits until the text that decides
    it has arrived, and each event's raw `span` tiles the input.
+
+Fence, inline-code and line-start tracking live in engine/quoting.py (`Quoting`); the tags in
+engine/tags.py; the call bodies in engine/dialects.
 
 Shortcuts taken on purpose: `</think>` ends reasoning even inside a code fence (it is one
 special token for the models that use it, and an unclosed fence must not swallow the answer);
@@ -339,7 +342,7 @@ class OutputParser:
             self._chan = CONTENT
             self._reset_md(line_start=False)
         else:
-            # Stray </think> in the answer (seed 004): drop it, keep streaming. The newlines
+            # Stray </think> in the answer (rule 5): drop it, keep streaming. The newlines
             # before it stay answer text; those after it go with the dropped tag.
             self._text(CONTENT, self._emit_from, i)
             b = self._base

@@ -1,4 +1,4 @@
-"""engine/parser.py: one table case per rule, the seed-000 controls, the recorded failures.
+"""engine/parser.py: one table case per rule, the mention-only controls, the recorded failures.
 
 Every case is parsed whole, 1 character at a time and in random chunks, with stream_tools off
 and on (parse_all_ways), so each row also checks the chunking invariants.
@@ -139,7 +139,7 @@ def test_implicit_call_after_mention_then_think_close_inside_would_be_call():
     assert anomalies(res) == {"unfinished_call": 1}
 
 
-# --- the ten mention-only controls of seed 000 ------------------------------------------------
+# --- the ten mention-only controls (docs/design.md, section 4, rule 3) ------------------------
 
 CONTROLS = {
     "backticks": "The format is `<tool_call>` with `<function=name>` inside.",
