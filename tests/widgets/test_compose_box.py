@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.metrics import Metrics
-from engine.packs import load_pack, resolve_pack
-from engine.replay import ReplayEngine
+from engine.packs import load_pack
 from engine.service import Service
 from inspector.tracks import LiveFeed, TrackStore
 
@@ -25,18 +24,12 @@ def live_window(qtbot, service):
 
 
 @pytest.fixture
-def replay_service(tmp_path):
-    p = tmp_path / "answer.txt"
-    p.write_text("Portugal's capital?\n</think>\n\nLisbon is the capital of Portugal.", "utf-8")
-    engine = ReplayEngine([p], speed=0)
-    service = Service(engine, resolve_pack("qwen3-xml", require_model=False),
-                      metrics=Metrics(engine))
-    yield service
-    engine.close()
+def answering(replay_service) -> Service:
+    return replay_service("Portugal's capital?\n</think>\n\nLisbon is the capital of Portugal.")
 
 
-def test_compose_sends_to_the_engine_and_streams_into_the_panes(qtbot, replay_service):
-    win, feed = live_window(qtbot, replay_service)
+def test_compose_sends_to_the_engine_and_streams_into_the_panes(qtbot, answering):
+    win, feed = live_window(qtbot, answering)
     box = win.compose
     box.system.setPlainText("Be brief.")
     run = box.send()
@@ -53,8 +46,8 @@ def test_compose_sends_to_the_engine_and_streams_into_the_panes(qtbot, replay_se
     feed.close()
 
 
-def test_bad_tools_json_is_shown_not_sent(qtbot, replay_service):
-    win, feed = live_window(qtbot, replay_service)
+def test_bad_tools_json_is_shown_not_sent(qtbot, answering):
+    win, feed = live_window(qtbot, answering)
     box = win.compose
     box.tools.setPlainText("[{not json")
     assert box.send() is None
@@ -65,11 +58,11 @@ def test_bad_tools_json_is_shown_not_sent(qtbot, replay_service):
 
 
 @pytest.mark.model
-def test_compose_runs_a_real_request_on_the_default_model(qtbot):
+def test_compose_runs_a_real_request_on_the_default_model(qtbot, default_model):
     from engine.llama import LlamaEngine
 
     pack = load_pack("smollm2")
-    engine = LlamaEngine(pack.gguf, n_ctx=1024)
+    engine = LlamaEngine(default_model, n_ctx=1024)
     try:
         service = Service(engine, pack, metrics=Metrics(engine))
         win, feed = live_window(qtbot, service)
