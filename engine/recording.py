@@ -1,6 +1,9 @@
 """Session recordings: a versioned, human-readable JSONL log of requests and their tokens.
 
-Owns the file format, `Recorder` (writing) and `read_session` (reading). The recorder is
+Owns the file format (docs/design.md, section 6 "Recordings"), `Recorder` (writing),
+`read_session` (reading) and the one loader every player uses: `is_recording` tells a recording
+from a plain text output by its header, `load_recording` reads what precedes any damage (with a
+warning), for replay to clients and playback in the window alike. The recorder is
 called from whichever thread produces a record (the service on request, the engine thread per
 token and at finish), so every write takes a lock; each record is one line, written and
 flushed as it happens, so a crash loses nothing already written. Flushing hands the line to
