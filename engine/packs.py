@@ -40,7 +40,8 @@ DIALECTS = ("qwen-xml", "hermes-json", "auto", *families.BY_DIALECT)
 MAX_DEFAULT_CTX = 8192
 # Fallback templates for a GGUF without one, by general.architecture.
 ARCH_TEMPLATES = {"qwen2": "qwen3_hermes", "qwen3": "qwen3_hermes", "qwen3moe": "qwen3_hermes",
-                  "gemma3": "gemma3", "gemma3_text": "gemma3", "llama": "chatml"}
+                  "gemma3": "gemma3", "gemma3_text": "gemma3", "llama": "chatml",
+                  "gpt-oss": "harmony"}
 # End-of-turn markers worth stopping on when a template uses them.
 TURN_ENDS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
 

@@ -156,6 +156,16 @@ CASES = [
           Message("assistant", "\n<think>\n" + XML_CALL), Message("tool", "sunny")],
          tools=[WEATHER]),
 ]
+# Model families (issue 12): each shipped family template, with tools, thinking on/off where the
+# family has it, and its history repair where it has one.
+CASES += [
+    case("harmony_tools_multiturn", "harmony.jinja", [SYSTEM, *TOOL_TURNS],
+         tools=[WEATHER, WRITE]),
+    case("harmony_thinking_off_low_effort", "harmony.jinja", [user("2+2?")], thinking=False),
+    case("harmony_final_turn_keeps_its_analysis", "harmony.jinja",
+         [user("Hi"), Message("assistant", "Hello!", reasoning_content="Greet back.")],
+         gen=False),
+]
 
 
 def template_source(name: str) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import engine.packs as packs
+from engine.families import FAMILIES
 from engine.packs import (
     Pack,
     PackError,
@@ -69,6 +70,10 @@ def qwen_gguf(tmp_path: Path, **extra: object) -> Path:
 
 def test_builtin_packs_are_described_without_touching_models():
     specs = builtin_packs()
+    family_packs = {f.pack for f in FAMILIES if f.pack in specs}  # tests/engine/test_families.py
+    assert {n: specs[n].dialect for n in family_packs} == {
+        f.pack: f.dialect for f in FAMILIES if f.pack in family_packs}
+    specs = {n: s for n, s in specs.items() if n not in family_packs}
     assert set(specs) == {"smollm2", "gemma3-270m", "qwen3-xml", "qwen3-hermes"}
     assert {n: s.dialect for n, s in specs.items()} == {
         "smollm2": "hermes-json", "gemma3-270m": "hermes-json",
