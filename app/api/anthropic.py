@@ -46,7 +46,9 @@ class BlockIn(Lenient):
 
 
 class MessageIn(Lenient):
-    role: Literal["user", "assistant"]
+    # "system" mid-conversation: Claude Code's mid-conversation-system beta (issue 9, item 1);
+    # it is rendered where it stands, as the OpenAI route renders a system message.
+    role: Literal["user", "assistant", "system"]
     content: str | list[BlockIn]
 
 
@@ -84,6 +86,10 @@ def convert_messages(body: MessagesBody) -> tuple[Message, ...]:
     for i, m in enumerate(body.messages):
         if isinstance(m.content, str):
             out.append(Message(m.role, m.content))
+            continue
+        if m.role == "system":
+            out.append(Message("system", text_of([b.model_dump() for b in m.content],
+                                                 f"messages[{i}].content")))
             continue
         texts: list[str] = []
         thinking: list[str] = []

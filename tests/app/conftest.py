@@ -4,6 +4,7 @@ clients. No model is needed (the `model` tests bring their own engine)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,13 @@ SEARCH = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
                    "required": ["query"]}}}
 TOOLS = [WEATHER, SEARCH]
+DATA = Path(__file__).parent / "data"
+
+
+def captured(client: str) -> dict:
+    """A real client's first request, captured on the wire (tests/app/data/client_*.json:
+    {"method", "path", "headers", "body"}; copied from /work/shared/clients)."""
+    return json.loads((DATA / f"client_{client}.json").read_text(encoding="utf-8"))
 
 
 def xml_call(name: str, **params) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.conftest import oracle, recorded_failures, xml_call
+from tests.app.conftest import captured, oracle, recorded_failures, xml_call
 from tests.app.test_openai import CASES
 
 TOOLS = [
@@ -162,3 +162,45 @@ def test_usage_on_message_start_and_end(serve):
     assert first.message.usage.input_tokens == live.last.prompt_tokens
     assert final.usage.output_tokens == len(live.last.tokens)
     assert final.usage.cache_read_input_tokens == 0
+
+
+def claude_code_call(client, body: dict, headers: dict, **override):
+    """Claude Code's request as its SDK sends it: the beta path, its betas, and the fields the
+    SDK has no parameter for as extra body."""
+    body = {**body, **override}
+    known = ("model", "messages", "system", "tools", "metadata", "max_tokens", "thinking")
+    return client.beta.messages.create(
+        **{k: body[k] for k in known}, stream=body.get("stream", False),
+        betas=headers["anthropic-beta"].split(","),
+        extra_body={k: v for k, v in body.items() if k not in (*known, "stream")},
+    )
+
+
+def test_claude_code_system_message_mid_conversation(serve):
+    # Claude Code's first request: a `role: "system"` turn after the first user message
+    # (issue 9, item 1). Anthropic accepts it; it is rendered where it stands.
+    cap = captured("claude_code")
+    body = cap["body"]
+    assert [m["role"] for m in body["messages"]] == ["user", "system"]
+    live = serve("Planning.\n</think>\n\nDone.")
+    events = list(claude_code_call(live.anthropic(), body, cap["headers"]))
+    assert events[-1].type == "message_stop"
+    text = "".join(e.delta.text for e in events
+                   if e.type == "content_block_delta" and e.delta.type == "text_delta")
+    assert text == "Done."
+    prompt = live.last.prompt
+    user_text = body["messages"][0]["content"][-1]["text"]
+    mid = body["messages"][1]["content"]
+    assert prompt.index(user_text) < prompt.index(mid)
+    assert prompt.index("<|im_start|>system\n" + mid) > prompt.index(user_text)
+
+
+def test_system_message_mid_conversation_as_blocks(serve):
+    live = serve("Hi.\n</think>\n\nDone.")
+    msg = live.anthropic().messages.create(model="m", max_tokens=50, messages=[
+        *ASK, {"role": "assistant", "content": "Sunny."},
+        {"role": "system", "content": [{"type": "text", "text": "Answer in French."}]},
+        {"role": "user", "content": "And tomorrow?"}])
+    assert blocks(msg)[-1] == ("text", "Done.")
+    prompt = live.last.prompt
+    assert prompt.index("Sunny.") < prompt.index("Answer in French.") < prompt.index("tomorrow")
