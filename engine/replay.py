@@ -20,7 +20,9 @@ prompt is not looked at (only counted). `speed` (may be changed while playing): 
 plays instantly, 1.0 at the recorded pace (a token's recorded time since its request started,
 so the original time to first token is kept), N is N times faster. Cancel is checked before
 every token and interrupts the wait for the next one; `max_tokens` ends with "length"; stop
-strings are applied as the live engine does (engine.llama.StopGate).
+strings are applied as the live engine does (engine.queued.StopGate). The pace runs on an
+injected `clock` and `pause` (time.perf_counter and a wait on the job's cancel event by
+default), so tests check it exactly. See docs/design.md, section 5 "Engines, service, pipeline".
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.base import Job, Timings, Token
-from engine.llama import QueuedEngine, StopGate
+from engine.queued import QueuedEngine, StopGate
 from engine.recording import is_recording, load_recording
 
 PLAIN_TOKENS_PER_S = 50.0
