@@ -29,18 +29,20 @@ from engine.dialects.common import (
     NONE,
     PREFIX,
     CallBody,
+    Match,
     escape_fragment,
     match_literal,
     skip_ws,
 )
 from engine.schema import STRING, convert, declared_params, param_types, raw_is_final, streams_raw
+from engine.tags import CALL_CLOSE
 
 NAME = "qwen-xml"
 OPENER = "<function="
 _PARAM = "<parameter="
 _END_PARAM = "</parameter>"
 _END_FUNC = "</function>"
-_END_CALL = "</tool_call>"
+_END_CALL = CALL_CLOSE
 _CLOSE_STEM = "</parameter"  # what every closer, exact or drifted, begins with
 _MAX_NAME = 256
 _MAX_DRIFT = 32  # at most this many word characters in a drifted closer (`</parameter1>`)
@@ -54,7 +56,7 @@ _DRIFTED = "drifted </parameter>"
 _LITERAL = "Python literal"
 
 
-def match_opener(text: str, i: int) -> int:
+def match_opener(text: str, i: int) -> Match:
     return match_literal(text, i, OPENER)
 
 
