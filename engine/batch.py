@@ -51,6 +51,7 @@ class Batcher:
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
         prefill_chunk: int = PREFILL_CHUNK,
+        kv_unified: bool = True,
         verbose: bool = False,
     ) -> None:
         import llama_cpp as C
@@ -61,13 +62,16 @@ class Batcher:
         self.prefill_chunk = prefill_chunk
         mp = C.llama_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
+        # verbose=True whatever `verbose` says: otherwise llama-cpp-python silences the whole
+        # process's stdout/stderr while loading (llama.cpp logs via engine/llama_log.py).
         self._model = _internals.LlamaModel(path_model=str(model_path), params=mp,
-                                            verbose=verbose)
+                                            verbose=False)
         cp = C.llama_context_default_params()
-        cp.n_ctx = n_ctx
+        # Split caches (kv_unified False; measured, not the default): n_ctx cells per sequence.
+        cp.n_ctx = n_ctx if kv_unified else n_ctx * parallel
         cp.n_batch = cp.n_ubatch = min(n_ctx, N_BATCH)
         cp.n_seq_max = parallel
-        cp.kv_unified = True
+        cp.kv_unified = kv_unified
         # llama-cpp-python's defaults, so --parallel 1 runs as Llama() did: half the cores to
         # decode one token, all of them for batches; flash attention off.
         cp.n_threads = n_threads or max(multiprocessing.cpu_count() // 2, 1)
@@ -76,7 +80,9 @@ class Batcher:
         self._ctx = _internals.LlamaContext(model=self._model, params=cp, verbose=verbose)
         self.ctx = self._ctx.ctx
         self._mem = C.llama_get_memory(self.ctx)
+        self.kv_unified = kv_unified
         self.n_cells = int(C.llama_n_ctx(self.ctx))  # the pool, shared by every sequence
+        self.n_ctx_seq = int(C.llama_n_ctx_seq(self.ctx))  # what one sequence may hold
         self.n_batch = int(C.llama_n_batch(self.ctx))
         self.n_vocab = vocab.n_vocab
         self._vocab_ptr = self._model.vocab
@@ -104,6 +110,8 @@ class Batcher:
         return per_cell * self.n_cells
 
     def _free_cells(self) -> int:
+        if not self.kv_unified:  # each sequence has cells of its own: no pool to run out of
+            return self.n_cells
         used = sum(len(s.kv) for s in self.slots)
         reserved = sum(a.remaining_prompt for a in self._order)
         return self.n_cells - used - reserved
@@ -134,8 +142,8 @@ class Batcher:
             return True
         prompt = list(job.prompt_ids) if job.prompt_ids else self.vocab.tokenize(job.prompt)
         n_prompt = len(prompt)
-        if not 0 < n_prompt < self.n_cells:
-            error = (f"prompt is {n_prompt} tokens; the context holds {self.n_cells}"
+        if not 0 < n_prompt < self.n_ctx_seq:
+            error = (f"prompt is {n_prompt} tokens; the context holds {self.n_ctx_seq}"
                      if n_prompt else "the prompt is empty")
             self._finish(job, Finish("error", Timings(queue_ms=queue_ms, prompt_tokens=n_prompt),
                                      error))
@@ -160,7 +168,7 @@ class Batcher:
                 C.llama_memory_seq_rm(self._mem, slot.seq, 0, -1)
                 keep = 0
             del slot.kv[keep:]
-        limit = self.n_cells - n_prompt  # llama.cpp cannot decode past the context
+        limit = self.n_ctx_seq - n_prompt  # llama.cpp cannot decode past the context
         if job.max_tokens is not None:
             limit = min(limit, job.max_tokens)
         a = Active(job, slot, prompt, sampler, StopGate(job.stop), limit, start, queue_ms, keep)

@@ -61,6 +61,7 @@ class LlamaEngine(QueuedEngine):
         n_threads: int | None = None,
         prefill_chunk: int | None = None,
         preserved: Sequence[str] = (),
+        kv_unified: bool = True,
         verbose: bool = False,
     ):
         self.model_path = Path(model_path)
@@ -79,7 +80,7 @@ class LlamaEngine(QueuedEngine):
                      " ".join(self._vocab.preserved_texts))
         self._batcher = None  # the worker thread's alone
         self._options = {"n_ctx": n_ctx, "parallel": parallel, "n_gpu_layers": n_gpu_layers,
-                         "n_threads": n_threads, "verbose": verbose}
+                         "n_threads": n_threads, "kv_unified": kv_unified, "verbose": verbose}
         if prefill_chunk:
             self._options["prefill_chunk"] = prefill_chunk
         self._start_worker("prism-llama")

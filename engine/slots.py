@@ -7,8 +7,10 @@ to). Everything here runs on the engine's worker thread ("prism-llama"); engine/
 it, one decode step at a time.
 
 - KV reuse is per slot: a new prompt goes to the free slot whose cached tokens share the
-  longest prefix with it (ties: the least recently used), as llama-server does, so a
-  multi-turn agent keeps its cache while a title request runs beside it. The slot keeps that
+  longest prefix with it, as llama-server does, so a multi-turn agent keeps its cache while a
+  title request runs beside it; but only when that throws away no more of the slot's cache
+  than it reuses (llama-server's similarity threshold, 0.5, plays the same part), else to an
+  empty slot, else to the least recently used one. The slot keeps that
   prefix and decodes only the rest, so `Timings.cached_tokens` is measured, not predicted.
   A fully cached prompt still decodes its last token again: sampling needs its logits.
 - The sampler chain is llama-cpp-python's own (`Llama._init_sampler`), so a seeded request
@@ -129,14 +131,21 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def pick_slot(free: list[Slot], prompt: list[int]) -> tuple[Slot, int]:
-    """The free slot sharing the longest prefix with `prompt` (ties: least recently used),
-    and that prefix's length."""
-    best, best_n = None, -1
-    for slot in sorted(free, key=lambda s: s.used_at):
+    """The free slot for `prompt`, and the prefix of its cache that `prompt` reuses.
+
+    The slot whose cache shares the longest prefix with the prompt, if taking it over throws
+    away no more than it reuses (a shared system prompt must not evict a long conversation
+    that an empty slot could have spared); else an empty slot; else the least recently used.
+    """
+    lru = sorted(free, key=lambda s: s.used_at)
+    best, best_n = None, 0
+    for slot in lru:
         n = common_prefix(slot.kv, prompt)
-        if n > best_n:
+        if n > best_n and 2 * n >= len(slot.kv):
             best, best_n = slot, n
-    assert best is not None
+    if best is None:
+        best = next((s for s in lru if not s.kv), lru[0])
+        best_n = common_prefix(best.kv, prompt)
     return best, best_n
 
 
