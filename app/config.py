@@ -38,11 +38,21 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for llama.cpp (default: half the cores to decode, all of "
                    "them for the prompt)")
+    p.add_argument("--parallel", type=_at_least_one, default=4, metavar="N",
+                   help="requests decoded at once in one batch, sharing the context's KV cache "
+                   "(default 4; 1 serves one at a time)")
     p.add_argument("--n-gpu-layers", type=int, default=0,
                    help="layers to offload to Metal/CUDA when llama-cpp-python was built for it")
     p.add_argument("--no-record", action="store_true", help="do not record requests")
     p.add_argument("--record-to", type=Path, help="session file (default: the user data dir)")
     upstream.add_arguments(p)
+
+
+def _at_least_one(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
 
 
 def resolve(args: argparse.Namespace):
@@ -71,7 +81,7 @@ def build_service(args: argparse.Namespace) -> Service:
             raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
         engine = LlamaEngine(pack.gguf, n_ctx=args.n_ctx or pack.n_ctx,
                              n_gpu_layers=args.n_gpu_layers,
-                             n_threads=args.threads,
+                             n_threads=args.threads, parallel=args.parallel,
                              preserved=preserved_tokens(pack.dialect))
     recorder = None
     if not args.no_record:
