@@ -63,6 +63,9 @@ class ChatRequest:
     tools: OpenAI-style `[{"type": "function", "function": {name, description, parameters}}]`.
     thinking: None means the pack's default.
     grammar: optional GBNF text to constrain generation (tests, structured output).
+    tool_choice: "auto" (the model decides), "none" (tools left out), "required" (a call to
+    any tool) or "function" (a call to `tool_name`); the last two are enforced with a grammar
+    in the pack's tool-call dialect (engine/tool_grammar.py).
     api: the client it came from, for the request log ("openai", "anthropic", "responses",
     "gui", "replay"). Not to be confused with the pack's tool-call dialect.
     """
@@ -75,6 +78,8 @@ class ChatRequest:
     thinking: bool | None = None
     stream_tools: bool = STREAM_TOOLS
     grammar: str | None = None
+    tool_choice: str = "auto"
+    tool_name: str | None = None
     top_logprobs: int = 0
     api: str = "openai"
     model: str = ""

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
+from engine import tool_grammar
 from engine.base import Engine, Finish, Job, Timings, Token
 from engine.events import Event, ParseResult, result_of
 from engine.families import start_state
@@ -181,7 +182,7 @@ class Service:
             fn(upd)
 
     def render(self, request: ChatRequest) -> str:
-        thinking = self.pack.thinking if request.thinking is None else request.thinking
+        thinking = tool_grammar.request_thinking(request, self.pack.thinking)
         return self.template.render(
             request.messages,
             tools=request.tools,
@@ -205,7 +206,8 @@ class Service:
         max_tokens = request.max_tokens or max(1, n_ctx - n_prompt)
         job = Job(
             prompt=prompt, prompt_ids=tuple(ids), max_tokens=max_tokens,
-            sampling=request.sampling, stop=request.stop, grammar=request.grammar,
+            sampling=request.sampling, stop=request.stop,
+            grammar=tool_grammar.request_grammar(request, self.pack.dialect, run.start_state),
             top_logprobs=request.top_logprobs,
             submitted_at=time.perf_counter(),
         )

@@ -22,11 +22,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api import runs
+from app.api import tool_choice as choices
 from app.api.blocks import CLOSE, OPEN, TEXT, THINKING, Block, Blocks, Step, blocks_of
 from app.api.convert import Lenient, function_tool, read_body, sampling, stop_tuple, text_of
 from app.api.errors import APIError, anthropic_error_body, from_exception
 from app.api.sse import dumps, event_lines, sse_response
 from app.api.state import get_state
+from app.api.validate import NON_TEXT_PARTS, not_text
 from engine.request import ChatRequest, Message
 from engine.service import Run
 
@@ -112,7 +114,9 @@ def convert_messages(body: MessagesBody) -> tuple[Message, ...]:
                                    param=f"{field}.tool_use_id")
                 out.append(Message("tool", text_of(b.content, f"{field}.content"),
                                    tool_call_id=b.tool_use_id))
-            # images, documents, redacted thinking: nothing a local text model can use
+            elif b.type in NON_TEXT_PARTS:  # refused, not dropped (issue 10, item 6)
+                raise not_text(b.type, field)
+            # redacted thinking, server tool results: nothing a local text model can use
         if m.role == "assistant":
             out.append(Message("assistant", "".join(texts),
                                reasoning_content="".join(thinking) if thinking else None,
@@ -131,8 +135,10 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
     thinking = None
     if body.thinking is not None:
         thinking = body.thinking.type != "disabled"
-    choice = (body.tool_choice or {}).get("type")
-    tools = () if choice == "none" else tuple(
+    choices.check_tools((t.input_schema, f"tools[{i}].input_schema")
+                        for i, t in enumerate(body.tools or ()))
+    choice = choices.anthropic(body.tool_choice, [t.name for t in body.tools or ()])
+    tools = () if choice.mode == "none" else tuple(
         function_tool(t.name, t.description, t.input_schema) for t in body.tools or ()
     )
     return ChatRequest(
@@ -142,6 +148,8 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
         max_tokens=body.max_tokens,
         stop=stop_tuple(body.stop_sequences),
         thinking=thinking,
+        tool_choice=choice.mode,
+        tool_name=choice.name,
         api="anthropic",
         model=body.model,
     )

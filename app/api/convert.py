@@ -7,8 +7,9 @@ arguments to the dict templates iterate), `function_tool`, `sampling`, `stop_tup
 `thinking_from_effort` and `json_schema_format` (a `json_schema` output format: the schema is
 checked, and for a model that is not thinking, generation is constrained by a grammar).
 
-"Lenient in": any model name, `tools: []`, content as a string or parts (non-text parts are
-skipped: no model here reads images), unknown fields and roles' extra fields ignored.
+"Lenient in": any model name, `tools: []`, content as a string or parts, unknown fields and
+roles' extra fields ignored. Image, audio and file parts are refused with a 400 (no model here
+reads them; dropped silently, the model would describe an image it never saw).
 Runs on the asyncio loop's thread.
 """
 
@@ -21,7 +22,7 @@ from fastapi import Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.api.errors import APIError, validation_message
-from app.api.validate import parse_json, schema_grammar
+from app.api.validate import NON_TEXT_PARTS, not_text, parse_json, schema_grammar
 from engine.request import Sampling
 
 M = TypeVar("M", bound=BaseModel)
@@ -59,6 +60,8 @@ def text_of(content: Any, field: str = "content") -> str:
             if isinstance(part, str):
                 texts.append(part)
             elif isinstance(part, dict):
+                if part.get("type") in NON_TEXT_PARTS:
+                    raise not_text(part["type"], f"{field}[{i}]")
                 text = part.get("text")
                 if text is None and part.get("type") in ("text", "input_text", "output_text"):
                     raise APIError("invalid_request", f"Missing text in '{field}[{i}]'",

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api import runs
+from app.api import tool_choice as choices
 from app.api.convert import (
     Lenient,
     decode_arguments,
@@ -133,16 +134,21 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
     if body.n is not None and body.n != 1:
         raise APIError("invalid_request", "Only n=1 is supported (one model, one reply)",
                        param="n")
-    max_tokens = body.max_completion_tokens or body.max_tokens
+    # max_completion_tokens: 0 is a value (refused, as OpenAI does), not "unset"
+    limit = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
+    max_tokens = getattr(body, limit)
     if max_tokens is not None and max_tokens < 1:
-        raise APIError("invalid_request", "'max_tokens' must be at least 1", param="max_tokens")
+        raise APIError("invalid_request", f"'{limit}' must be at least 1", param=limit)
     thinking = thinking_from_effort(body.reasoning_effort)
     if body.enable_thinking is not None:
         thinking = body.enable_thinking
     kwargs = body.chat_template_kwargs or {}
     if isinstance(kwargs.get("enable_thinking"), bool):
         thinking = kwargs["enable_thinking"]
-    tools = () if body.tool_choice == "none" else tuple(
+    choices.check_tools((t.function.parameters, f"tools[{i}].function.parameters")
+                        for i, t in enumerate(body.tools or ()))
+    choice = choices.openai(body.tool_choice, [t.function.name for t in body.tools or ()])
+    tools = () if choice.mode == "none" else tuple(
         function_tool(t.function.name, t.function.description, t.function.parameters)
         for t in body.tools or ()
     )
@@ -162,6 +168,8 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
         stop=stop_tuple(body.stop),
         thinking=thinking,
         grammar=grammar,
+        tool_choice=choice.mode,
+        tool_name=choice.name,
         api="openai",
         model=body.model,
     )

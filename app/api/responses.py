@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field
 
 from app.api import runs
+from app.api import tool_choice as choices
 from app.api.blocks import DELTA, OPEN, TEXT, THINKING, TOOL, Block, Blocks, Step, blocks_of
 from app.api.convert import (
     Lenient,
@@ -179,8 +180,10 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
         if not t.name:
             raise APIError("invalid_request", f"Missing field 'tools[{i}].name'",
                            param=f"tools[{i}].name")
+        choices.check_tools([(t.parameters, f"tools[{i}].parameters")])
         tools.append(function_tool(t.name, t.description, t.parameters))
-    if body.tool_choice == "none":
+    choice = choices.responses(body.tool_choice, [t["function"]["name"] for t in tools])
+    if choice.mode == "none":
         tools = []
     fmt = body.text.format if body.text else None
     schema, grammar = None, None
@@ -198,6 +201,8 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
         stop=stop_tuple(body.stop),
         thinking=thinking,
         grammar=grammar,
+        tool_choice=choice.mode,
+        tool_name=choice.name,
         api="responses",
         model=body.model,
     ), schema

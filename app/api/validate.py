@@ -140,3 +140,21 @@ def check_tool_schema(parameters: Any, field: str) -> None:
     if parameters.get("type", "object") != "object":
         raise _bad(f"'{field}' must describe an object (type 'object'): a call's arguments "
                    "are named", param=field, code="invalid_function_parameters")
+
+
+# content parts ----------------------------------------------------------------------------------
+
+NON_TEXT_PARTS = {
+    "image_url": "an image", "image": "an image", "input_image": "an image",
+    "input_audio": "audio", "audio": "audio",
+    "file": "a file", "input_file": "a file", "document": "a document",
+}
+
+
+def not_text(kind: str, field: str) -> APIError:
+    """The 400 for an image (audio, file) part: dropping it silently made the model describe
+    an image it never saw."""
+    what = NON_TEXT_PARTS.get(kind, f"a '{kind}' part")
+    return _bad(f"'{field}' is {what}, but the model served here has no vision or audio "
+                "input: it reads text only. Send the conversation as text.",
+                param=field, code="unsupported_content")

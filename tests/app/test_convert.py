@@ -30,9 +30,12 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"},
 def test_text_of_strings_parts_and_none():
     assert text_of(None) == ""
     assert text_of("hi") == "hi"
-    parts = [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {}},
+    parts = [{"type": "text", "text": "a"}, {"type": "refusal", "refusal": "no"},
              "b", {"type": "input_text", "text": "c"}]
-    assert text_of(parts) == "a\nb\nc"  # the image is skipped, texts joined by lines
+    assert text_of(parts) == "a\nb\nc"  # a part with no text is skipped, texts joined by lines
+    with pytest.raises(APIError) as e:  # an image is refused, not skipped (issue 10, item 6)
+        text_of([{"type": "image_url", "image_url": {}}], "messages[0].content")
+    assert e.value.param == "messages[0].content[0]" and "vision" in e.value.message
     assert text_of({"type": "text", "text": "x"}) == "x"
 
 

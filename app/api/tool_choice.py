@@ -1,0 +1,111 @@
+"""`tool_choice` in each API's spelling, read into one neutral value, and the other tool checks.
+
+Owns `ToolChoice`, `openai`, `anthropic`, `responses` (each: the request's value and its tool
+names -> a ToolChoice, or a 400 naming the field) and `check_tools` (every tool's parameters
+must be a JSON Schema). Runs on the asyncio loop's thread. Issue 10, item 6.
+
+What each mode does (engine/service.py applies it): "auto" lets the model decide; "none" drops
+the tools from the prompt; "required" and "function" make the llama engine sample under a
+grammar in the pack's tool-call dialect (engine/tool_grammar.py), so the reply is a call,
+as llama.cpp's server does. Values the API does not define are refused rather than read as
+"auto": a client that asked for a call must not silently get prose.
+
+    OpenAI chat:  "auto" | "none" | "required" | {"type": "function", "function": {"name"}}
+    Anthropic:    {"type": "auto" | "any" | "none"} | {"type": "tool", "name"}
+    Responses:    "auto" | "none" | "required" | {"type": "function", "name"}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.api.errors import APIError
+from app.api.validate import check_tool_schema
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    mode: str = "auto"  # auto | none | required | function
+    name: str | None = None  # with mode "function"
+
+
+AUTO = ToolChoice()
+
+
+def _bad(message: str, field: str) -> APIError:
+    return APIError("invalid_request", message, param=field, code="invalid_tool_choice")
+
+
+def _named(name: Any, names: Sequence[str], field: str) -> ToolChoice:
+    if not isinstance(name, str) or not name:
+        raise _bad(f"'{field}' must name a function", field)
+    if name not in names:
+        known = ", ".join(repr(n) for n in names) or "none"
+        raise _bad(f"'{field}' names the function {name!r}, which is not among the request's "
+                   f"tools ({known})", field)
+    return ToolChoice("function", name)
+
+
+def _needs_tools(choice: ToolChoice, names: Sequence[str], field: str) -> ToolChoice:
+    if choice.mode == "required" and not names:
+        raise _bad(f"'{field}' requires a tool call, but the request has no tools", field)
+    return choice
+
+
+def openai(value: Any, names: Sequence[str], field: str = "tool_choice") -> ToolChoice:
+    """Chat Completions' tool_choice."""
+    if value is None:
+        return AUTO
+    if isinstance(value, str):
+        if value in ("auto", "none", "required"):
+            return _needs_tools(ToolChoice(value), names, field)
+        raise _bad(f"Invalid value for '{field}': {value!r}; expected 'auto', 'none', "
+                   "'required' or {'type': 'function', 'function': {'name': ...}}", field)
+    if isinstance(value, dict) and value.get("type") == "function":
+        fn = value.get("function")
+        return _named(fn.get("name") if isinstance(fn, dict) else None, names,
+                      f"{field}.function.name")
+    raise _bad(f"Invalid value for '{field}': expected 'auto', 'none', 'required' or "
+               "{'type': 'function', 'function': {'name': ...}}", field)
+
+
+def anthropic(value: Any, names: Sequence[str], field: str = "tool_choice") -> ToolChoice:
+    """Messages' tool_choice: an object with a type."""
+    if value is None:
+        return AUTO
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "auto":
+        return AUTO
+    if kind == "none":
+        return ToolChoice("none")
+    if kind == "any":
+        return _needs_tools(ToolChoice("required"), names, field)
+    if kind == "tool":
+        return _named(value.get("name"), names, f"{field}.name")
+    raise _bad(f"Invalid value for '{field}': expected an object whose type is 'auto', 'any', "
+               "'tool' (with 'name') or 'none'", field)
+
+
+def responses(value: Any, names: Sequence[str], field: str = "tool_choice") -> ToolChoice:
+    """Responses' tool_choice: a mode string, or a function named at the top level."""
+    if value is None:
+        return AUTO
+    if isinstance(value, str):
+        if value in ("auto", "none", "required"):
+            return _needs_tools(ToolChoice(value), names, field)
+        raise _bad(f"Invalid value for '{field}': {value!r}; expected 'auto', 'none', "
+                   "'required' or {'type': 'function', 'name': ...}", field)
+    if isinstance(value, dict) and value.get("type") == "function":
+        return _named(value.get("name"), names, f"{field}.name")
+    raise _bad(f"Invalid value for '{field}': this server has function tools only; expected "
+               "'auto', 'none', 'required' or {'type': 'function', 'name': ...}", field)
+
+
+def check_tools(parameters: Iterable[tuple[Any, str]]) -> None:
+    """400 unless every (parameters, field) given is a JSON Schema for an object; None
+    stands for "no parameters" and passes."""
+    for params, field in parameters:
+        if params is not None:
+            check_tool_schema(params, field)
