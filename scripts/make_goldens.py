@@ -168,6 +168,43 @@ CASES += [
 ]
 
 
+def think_family_cases(family: str, template: str, call: str, bos: str = "") -> list[dict]:
+    """Tools over several turns, thinking on and off, and both history fixes (a call left
+    inside the thinking: content opening <think>, or reasoning_content ending with it). Named
+    `_fix_`, not `_repair_`: Prism's Python repair reads Qwen's tags only, so for these the
+    template's own jinja repair is what the golden pins."""
+    return [
+        case(f"{family}_tools_multiturn", template, [SYSTEM, *TOOL_TURNS], tools=[WEATHER, WRITE],
+             bos=bos),
+        case(f"{family}_thinking_on", template, [user("2+2?")], thinking=True, bos=bos),
+        case(f"{family}_thinking_off", template, [user("2+2?")], thinking=False, bos=bos),
+        case(f"{family}_fix_open_think_content", template,
+             [user("Weather in Paris?"),
+              Message("assistant", "<think>\nThe user wants weather.\n" + call),
+              Message("tool", "sunny", tool_call_id="call_get_weather"),
+              Message("assistant", "Sunny."), user("Thanks")], tools=[WEATHER], bos=bos),
+        case(f"{family}_fix_reasoning_tail", template,
+             [user("Weather in Paris?"),
+              Message("assistant", "", reasoning_content="Let me look.\n" + call + "\n"),
+              Message("tool", "sunny", tool_call_id="call_get_weather")], tools=[WEATHER],
+             bos=bos),
+    ]
+
+
+DEEPSEEK_CALL = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+                 '{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+DSML_CALL = ('<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter '
+             'name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+             "</｜DSML｜function_calls>")
+KIMI_CALL = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+             '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+             "<|tool_calls_section_end|>")
+CASES += think_family_cases("deepseek", "deepseek.jinja", DEEPSEEK_CALL,
+                            bos="<｜begin▁of▁sentence｜>")
+CASES += think_family_cases("dsml", "dsml.jinja", DSML_CALL, bos="<｜begin▁of▁sentence｜>")
+CASES += think_family_cases("kimi_k2", "kimi_k2.jinja", KIMI_CALL)
+
+
 def template_source(name: str) -> str:
     if name == SMOLLM2:
         from engine.packs import load_pack
