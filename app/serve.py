@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import logging
 import os
+import sys
 
 from app.api.guard import api_key_arg, positive_int
 from app.config import add_engine_arguments, build_service
@@ -86,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
         tap=args.tap,
     )
     state = AppState(service=service, config=config)
+    # --log-level debug also shows llama.cpp's own lines (logger "prism.llama").
+    logging.getLogger("prism").setLevel(args.log_level.upper())
+    # The banner, uvicorn's lines and every error's reason all go to stderr (issue 9, item 2).
     print(f"prism: serving {service.engine.name} ({service.pack.name}) on "
-          f"http://{args.host}:{args.port}/v1", flush=True)
+          f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     try:
         asyncio.run(serve(state, log_level=args.log_level))
     except KeyboardInterrupt:

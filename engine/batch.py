@@ -65,7 +65,7 @@ class Batcher:
         # verbose=True whatever `verbose` says: otherwise llama-cpp-python silences the whole
         # process's stdout/stderr while loading (llama.cpp logs via engine/llama_log.py).
         self._model = _internals.LlamaModel(path_model=str(model_path), params=mp,
-                                            verbose=False)
+                                            verbose=True)
         cp = C.llama_context_default_params()
         # Split caches (kv_unified False; measured, not the default): n_ctx cells per sequence.
         cp.n_ctx = n_ctx if kv_unified else n_ctx * parallel

@@ -66,11 +66,15 @@ class Vocab:
         import llama_cpp
         from llama_cpp import _internals
 
+        from engine import llama_log
+
+        llama_log.install()
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
-        # Raises ValueError("Failed to load model ...") on a file that is no GGUF.
+        # Raises ValueError("Failed to load model ...") on a file that is no GGUF. verbose=True:
+        # llama-cpp-python must not silence the process's streams (engine/llama_log.py).
         self._model: Any = _internals.LlamaModel(path_model=str(path), params=params,
-                                                  verbose=False)
+                                                  verbose=True)
         self._lock = threading.Lock()
         v = self._model.vocab
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(v))

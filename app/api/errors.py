@@ -95,7 +95,19 @@ def anthropic_error_body(err: APIError) -> dict:
     return {"type": "error", "error": {"type": KINDS[err.kind][2], "message": err.message}}
 
 
+def api_of(path: str) -> str:
+    """The API a path belongs to, for the log (the error shape is `dialect_of`)."""
+    for prefix, api in (("/v1/messages", "anthropic"), ("/v1/responses", "responses"),
+                        ("/v1/chat/completions", "openai"), ("/v1/completions", "completions")):
+        if path.startswith(prefix):
+            return api
+    return "-"
+
+
 def error_response(path: str, err: APIError) -> JSONResponse:
+    # Every refused or failed request leaves one line: which API, the status, and why.
+    log.warning("[prism] %s %s %d %s: %s", api_of(path), path, err.status,
+                KINDS[err.kind][1], err.message)
     body = anthropic_error_body(err) if dialect_of(path) == "anthropic" else openai_error_body(err)
     return JSONResponse(body, status_code=err.status, headers=err.headers)
 

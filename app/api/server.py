@@ -15,6 +15,7 @@ Threads: the routes run on the loop's thread; the engine's callbacks reach them 
 from __future__ import annotations
 
 import asyncio
+import copy
 import socket
 import threading
 import time
@@ -114,6 +115,14 @@ async def props(request: Request):
 # --- running it -------------------------------------------------------------------------------
 
 
+def _log_config() -> dict:
+    """uvicorn's logging set-up, with the access lines on stderr too (uvicorn puts them on
+    stdout): a terminal running `prism serve` shows every line in one stream."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    return config
+
+
 def make_server(state: AppState, host: str | None = None, port: int | None = None,
                 log_level: str = "info") -> uvicorn.Server:
     config = uvicorn.Config(
@@ -121,6 +130,7 @@ def make_server(state: AppState, host: str | None = None, port: int | None = Non
         host=host or state.config.host,
         port=state.config.port if port is None else port,
         log_level=log_level,
+        log_config=_log_config(),
         http=HeaderTimeoutH11,  # h11 plus a deadline for request heads (listen.py)
         lifespan="on",
         timeout_graceful_shutdown=2,

@@ -84,3 +84,41 @@ def test_serves_a_replay_as_a_process(tmp_path):
         text, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, text
     assert f"http://127.0.0.1:{port}/v1" in text
+
+
+@pytest.mark.model
+def test_a_real_model_leaves_the_terminal_its_lines(default_model):
+    # With a GGUF, llama-cpp-python used to silence the whole process while the model loaded
+    # on the engine thread, and the banner and uvicorn's handlers were set up on the silenced
+    # streams: nothing ever showed (issue 9, item 2). stderr carries all of it now.
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PRISM_API_KEY", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--no-record",
+         "--n-ctx", "2048"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            while True:
+                try:
+                    if http.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            ok = http.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+            bad = http.post("/v1/messages", json={"model": "m", "max_tokens": 5,
+                                                  "messages": []})
+        assert ok.status_code == 200 and bad.status_code == 400
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert f"prism: serving SmolLM2-135M-Instruct.Q4_1 (smollm2) on http://127.0.0.1:{port}/v1" \
+        in err
+    assert '"POST /v1/chat/completions HTTP/1.1" 200' in err
+    reason = bad.json()["error"]["message"]
+    assert f"[prism] anthropic /v1/messages 400 invalid_request_error: {reason}" in err
