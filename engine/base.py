@@ -38,6 +38,7 @@ class Timings:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    slot: int = -1  # the engine's parallel sequence that served it (-1: none, or no slots)
 
     @property
     def tokens_per_s(self) -> float:

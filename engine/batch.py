@@ -310,6 +310,7 @@ class Batcher:
             prompt_tokens=len(a.prompt),
             cached_tokens=a.cached,
             output_tokens=a.n_out,
+            slot=a.slot.seq,
         )
         self._finish(a.job, Finish(reason, timings, error, a.gate.hit))
 

@@ -32,7 +32,8 @@ from engine.events import ANOMALY_KINDS, IMPLICIT_REASONING_END, REPAIRED_CALL
 
 log = logging.getLogger("prism")
 
-SERIES = ("tokens_per_s", "ttft_ms", "queue_depth", *(f"anomalies.{k}" for k in ANOMALY_KINDS))
+SERIES = ("tokens_per_s", "ttft_ms", "queue_depth", "busy_slots",
+          *(f"anomalies.{k}" for k in ANOMALY_KINDS))
 
 
 @dataclass
@@ -49,6 +50,7 @@ class _Request:
     ttft_ms: float | None = None
     tokens_per_s: float | None = None
     finish_reason: str | None = None
+    slot: int = -1  # the engine's parallel sequence that served it, once finished
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,6 +64,7 @@ class _Request:
             "ttft_ms": self.ttft_ms,
             "tokens_per_s": self.tokens_per_s,
             "finish_reason": self.finish_reason,
+            "slot": self.slot,
             "anomalies": dict(self.anomalies),
             "implicit_reasoning_ends": self.anomalies[IMPLICIT_REASONING_END],
         }
@@ -142,6 +145,7 @@ class Metrics:
             self._live[id] = req
             self._totals["requests"] += 1
             self._add_point("queue_depth", t, self._queue_depth())
+            self._add_point("busy_slots", t, self._slots()[0])
         self._notify("on_request_started", id, api, model, prompt_tokens)
 
     def token(self, id: str, t: float | None = None) -> None:
@@ -203,6 +207,7 @@ class Metrics:
             if timings.ttft_ms or req.ttft_ms is None:
                 req.ttft_ms = timings.ttft_ms
             req.tokens_per_s = timings.tokens_per_s
+            req.slot = timings.slot
             tot = self._totals
             tot["finished"] += 1
             tot["prompt_tokens"] += timings.prompt_tokens
@@ -214,6 +219,7 @@ class Metrics:
             if req.output_tokens:
                 self._add_point("ttft_ms", t, req.ttft_ms or 0.0)
             self._add_point("queue_depth", t, self._queue_depth())
+            self._add_point("busy_slots", t, self._slots()[0])
             summary = req.to_dict()
             latency = t - req.started
         found = {k: n for k, n in summary["anomalies"].items() if n}
@@ -239,6 +245,7 @@ class Metrics:
             self._last_sample = t
             self._add_point("tokens_per_s", t, self._rate(t))
             self._add_point("queue_depth", t, self._queue_depth())
+            self._add_point("busy_slots", t, self._slots()[0])
 
     # -- readers (any thread) --------------------------------------------------------------
 
@@ -248,6 +255,7 @@ class Metrics:
         with self._lock:
             self._trim(t)
             running = [r.id for r in self._live.values() if r.state == "generating"]
+            slots = self._slots()
             state = getattr(eng, "state", None) or ("generating" if self._live else "idle")
             return {
                 "engine": {
@@ -258,6 +266,8 @@ class Metrics:
                 "live": {
                     "state": state,
                     "queue_depth": self._queue_depth(),
+                    "slots_busy": slots[0],
+                    "slots_total": slots[1],
                     "in_flight": len(self._live),
                     "generating": running,
                     "tokens_per_s": self._rate(t),
@@ -299,6 +309,17 @@ class Metrics:
                 return 0
         # Without an engine: one job runs at a time, the other started ones wait.
         return max(0, len(self._live) - 1)
+
+    def _slots(self) -> tuple[int, int]:
+        """(busy, total) parallel sequences; an engine without slots runs one job at a time."""
+        eng = self.engine
+        try:
+            if eng is not None and hasattr(eng, "busy_slots"):
+                return int(eng.busy_slots()), int(eng.parallel)
+        except Exception:  # a closed engine must not break metrics
+            return 0, 1
+        busy = getattr(eng, "state", "") == "generating" if eng is not None else bool(self._live)
+        return int(busy), 1
 
     def _add_point(self, name: str, t: float, value: float) -> None:
         self._series[name].append((t - self.t0, float(value)))

@@ -1,4 +1,4 @@
-"""The charts: tokens/s, TTFT per request, queue depth and anomalies by kind, over time.
+"""The charts: tokens/s, TTFT per request, queue depth with busy slots, anomalies, over time.
 
 Owns `RingBuffer` (a fixed-size float64 x/y store with amortised O(1) appends and a contiguous
 view for `setData`) and `MetricsCharts` (four pyqtgraph plots, one `PlotDataItem` per series).
@@ -26,7 +26,7 @@ _ANOMALY_PENS = ("#ff6b6b", "#ff9f43", "#feca57", "#c56cf0", "#48dbfb", "#1dd1a1
 PLOTS = (
     ("tokens_per_s", "tokens/s", COLOURS["content"]),
     ("ttft_ms", "TTFT per request (ms)", COLOURS["call"]),
-    ("queue_depth", "queue depth", COLOURS["markup"]),
+    ("queue_depth", "queue depth · busy slots", COLOURS["markup"]),
     ("anomalies", "anomalies", COLOURS["anomaly"]),
 )
 
@@ -96,6 +96,8 @@ class MetricsCharts(QWidget):
             else:
                 symbol = "o" if name == "ttft_ms" else None
                 self._add_curve(plot, name, colour, symbol=symbol)
+            if name == "queue_depth":  # how many wait, next to how many are being served
+                self._add_curve(plot, "busy_slots", COLOURS["reasoning"])
         for col in (0, 1):
             self.view.ci.layout.setColumnStretchFactor(col, 1)
         # The key of the anomaly plot lives under the charts: a legend box would cover it.

@@ -79,6 +79,8 @@ class _SnapshotCollector:
             ("prism_requests_waiting", "Requests queued for the engine.", waiting),
             ("prism_tokens_per_second", "Output tokens per second, recent window.",
              live["tokens_per_s"]),
+            ("prism_slots_busy", "Parallel sequences serving a request now.", live["slots_busy"]),
+            ("prism_slots_total", "Parallel sequences (--parallel).", live["slots_total"]),
         ):
             g = GaugeMetricFamily(name, help_text, labels=["model"])
             g.add_metric([model], value)

@@ -258,3 +258,37 @@ def test_state_and_busy_slots(engine: LlamaEngine) -> None:
     c.wait()
     assert seen.is_set()
     wait_until(lambda: engine.state == "idle" and engine.busy_slots() == 0, 5, what="idle")
+
+
+def test_metrics_show_busy_slots_and_each_request_s_slot(engine: LlamaEngine) -> None:
+    from engine.metrics import Metrics
+
+    metrics = Metrics(engine)
+    seen: list[dict] = []
+
+    def track(rid: str, c: Collector) -> None:
+        def on_token(tok: Token) -> None:
+            c.tokens.append(tok)
+            metrics.token(rid, tok.t)
+            seen.append(metrics.snapshot()["live"])
+            metrics.sample()  # what the window's chart timer does
+
+        def on_finish(fin) -> None:
+            metrics.request_finished(rid, fin.reason, fin.timings)
+            c._fin(fin)
+
+        metrics.request_started(rid, "test", engine.name, 10)
+        c.job.on_token, c.job.on_finish = on_token, on_finish
+        engine.submit(c.job)
+
+    cs = [Collector(p, max_tokens=6) for p in PROMPTS]
+    for i, c in enumerate(cs):
+        track(f"r{i}", c)
+    for c in cs:
+        c.wait(120)
+    assert max(s["slots_busy"] for s in seen) == 4
+    assert {s["slots_total"] for s in seen} == {4}
+    assert max(y for _, y in metrics.series()["busy_slots"]) == 4
+    slots = sorted(r["slot"] for r in metrics.snapshot()["requests"])
+    assert slots == [0, 1, 2, 3]  # four at once: four different sequences
+    assert sorted(c.finish.timings.slot for c in cs) == [0, 1, 2, 3]
