@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from engine import llama_log  # noqa: F401 - closes llama-cpp-python's stray files at exit
+
 
 def from_json_schema(schema: dict) -> str | None:
     """GBNF text constraining output to JSON matching `schema`, or None when llama.cpp's

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import logging
+import sys
 import threading
 
 log = logging.getLogger("prism.llama")
@@ -63,15 +64,16 @@ def install() -> None:
 
         _callback = callback
         llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
-        atexit.register(_close_devnull)
 
 
+@atexit.register
 def _close_devnull() -> None:
     """llama-cpp-python opens /dev/null twice at import for its silencing, which Prism never
-    uses, and never closes them: every run ended with a ResourceWarning."""
-    from llama_cpp import _utils
-
+    uses, and never closes them: every run ended with a ResourceWarning. Registered when this
+    module is imported (engine/grammar.py and engine/vocab.py, the first to import llama_cpp),
+    it closes them at exit if llama_cpp was imported at all."""
+    utils = sys.modules.get("llama_cpp._utils")
     for name in ("outnull_file", "errnull_file"):
-        f = getattr(_utils, name, None)  # private to llama-cpp-python: may go away
+        f = getattr(utils, name, None)  # private to llama-cpp-python: may go away
         if f is not None:
             f.close()
