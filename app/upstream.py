@@ -17,6 +17,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from engine.base import Engine
 from engine.packs import Pack, PackError, guess_dialect, resolve_pack
 from engine.upstream import UpstreamEngine
 
@@ -82,7 +83,7 @@ def upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
         "do, in /props); pass --pack NAME (qwen3-xml, qwen3-hermes, ...) or --template FILE")
 
 
-def build_upstream(args: argparse.Namespace) -> tuple[UpstreamEngine, Pack]:
+def build_upstream(args: argparse.Namespace) -> tuple[Engine, Pack]:
     if args.replay or args.model:
         raise SystemExit("prism: --upstream generates remotely; it takes no --model or --replay")
     engine = UpstreamEngine(args.upstream, api_key=args.upstream_key,
@@ -91,4 +92,9 @@ def build_upstream(args: argparse.Namespace) -> tuple[UpstreamEngine, Pack]:
     if engine.load_error:
         # Start anyway: /health says why, and the first request that gets through works.
         log.warning("[prism] %s", engine.load_error)
-    return engine, upstream_pack(args, engine)
+    pack = upstream_pack(args, engine)
+    if args.tap:
+        from app.api.tap import TapEngine
+
+        return TapEngine(engine), pack
+    return engine, pack

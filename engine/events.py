@@ -37,6 +37,9 @@ UNFINISHED_CALL = "unfinished_call"
 MALFORMED_CALL = "malformed_call"
 UNKNOWN_TOOL = "unknown_tool"
 REPAIRED_CALL = "repaired_call"  # a call accepted only after a repair (its text says which)
+# Only in pass-through mode (app/api/tap.py): the upstream's own parser left a call or a think
+# tag in its reasoning or content. Not a parser outcome, so not among ANOMALY_KINDS.
+UPSTREAM_LEAK = "upstream_leak"
 ANOMALY_KINDS = (
     IMPLICIT_REASONING_END,
     STRAY_THINK_END,
@@ -139,7 +142,8 @@ class ParseResult:
             "content": self.content,
             "tool_calls": [c.to_dict() for c in self.tool_calls],
             "finish_reason": self.finish_reason,
-            "anomalies": {k: self.anomalies.get(k, 0) for k in ANOMALY_KINDS},
+            "anomalies": {k: self.anomalies.get(k, 0) for k in ANOMALY_KINDS}
+            | {k: n for k, n in self.anomalies.items() if n and k not in ANOMALY_KINDS},
         }
 
 

@@ -36,12 +36,13 @@ Reachability: the thread probes `GET {base}/models` at start and every `PROBE_S`
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,15 +238,11 @@ class UpstreamEngine:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
-    def call(self, coro_fn, *args: Any) -> asyncio.Future:
-        """Run `coro_fn(client, *args)` on the engine's loop; an awaitable for the caller's
-        loop. For the pass-through mode (app/api/tap.py), which streams on this loop too."""
-        fut = asyncio.run_coroutine_threadsafe(coro_fn(self._client, *args), self._loop)
-        return asyncio.wrap_future(fut)
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
+    def call(self, coro_fn: Callable[..., Coroutine], *args: Any) -> concurrent.futures.Future:
+        """Run `coro_fn(client, *args)` on the engine's loop with its HTTP client (the
+        pass-through mode, app/api/tap.py, relays on this loop too); cancelling the returned
+        future cancels it."""
+        return asyncio.run_coroutine_threadsafe(coro_fn(self._client, *args), self._loop)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}

@@ -18,6 +18,7 @@ from engine.events import (
     STRAY_THINK_END,
     UNFINISHED_CALL,
     UNKNOWN_TOOL,
+    UPSTREAM_LEAK,
 )
 
 # Custom format properties: what produced a span (tests and tooltips read them back).
@@ -47,6 +48,7 @@ ANOMALY_LABELS = {
     MALFORMED_CALL: "malformed call",
     UNKNOWN_TOOL: "unknown tool",
     REPAIRED_CALL: "repaired call",
+    UPSTREAM_LEAK: "upstream leak",
 }
 ANOMALY_TIPS = {
     IMPLICIT_REASONING_END: "Implicit end of thinking: a <tool_call> began on its own line inside "
@@ -60,6 +62,8 @@ ANOMALY_TIPS = {
     REPAIRED_CALL: "Repaired call: the call was accepted after a repair (a missing or drifted "
     "</parameter>, a bare <function=...> without <tool_call>, a Python literal for a typed "
     "value).",
+    UPSTREAM_LEAK: "Upstream leak (--tap): the upstream's own parser left a tool call or a think "
+    "tag in the reasoning or content it returned; Prism's parser found it there.",
 }
 # What a pane shows where an anomaly happened (the stray tag shows its own dropped text).
 ANOMALY_MARKS = {
@@ -68,6 +72,7 @@ ANOMALY_MARKS = {
     MALFORMED_CALL: " ⚠ malformed call ",
     UNKNOWN_TOOL: " ⚠ unknown tool ",
     REPAIRED_CALL: " ⚠ repaired call ",
+    UPSTREAM_LEAK: " ⚠ upstream leak ",
 }
 
 

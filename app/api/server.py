@@ -27,7 +27,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app.api import anthropic, completions, errors, openai, responses, runs
+from app.api import anthropic, completions, errors, openai, responses, runs, tap
 from app.api import metrics as metrics_api
 from app.api.errors import APIError, error_response
 from app.api.guard import Guard
@@ -63,6 +63,8 @@ def create_app(state: AppState) -> FastAPI:
     # A client that left before its non-streamed reply: its job is cancelled, nobody reads.
     app.add_exception_handler(
         runs.ClientGone, lambda request, exc: JSONResponse({}, status_code=499))
+    if state.config.tap:  # first, so its chat routes take the place of Prism's own
+        app.include_router(tap.router)
     for module in (openai, anthropic, responses, completions, metrics_api):
         app.include_router(module.router)
     app.add_api_route("/health", health, methods=["GET"])

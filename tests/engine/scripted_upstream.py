@@ -28,6 +28,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict = field(default_factory=dict)
+    raw: bytes = b""
 
 
 class Reply:
@@ -41,15 +42,20 @@ class Reply:
                           + data)
         await self.writer.drain()
 
-    async def start_stream(self) -> None:
+    async def start_stream(self, headers: str = "") -> None:
+        """`headers`: extra header lines, each ending in CRLF."""
         self.writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                          + headers.encode() +
                           b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
         await self.writer.drain()
 
     async def event(self, payload: object) -> None:
         """One `data:` event as one HTTP chunk."""
         text = payload if isinstance(payload, str) else json.dumps(payload)
-        data = f"data: {text}\n\n".encode()
+        await self.send(f"data: {text}\n\n".encode())
+
+    async def send(self, data: bytes) -> None:
+        """Any bytes, as one HTTP chunk."""
         self.writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         await self.writer.drain()
 
@@ -137,7 +143,7 @@ class ScriptedUpstream:
         headers = {k.strip().lower(): v.strip()
                    for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
         raw = await reader.readexactly(int(headers.get("content-length", "0")))
-        seen = Seen(method, path, headers, json.loads(raw) if raw else {})
+        seen = Seen(method, path, headers, json.loads(raw) if raw else {}, raw)
         reply = Reply(reader, writer)
         try:
             if path == "/v1/models":

@@ -1,0 +1,275 @@
+"""`--tap` (app/api/tap.py): Prism forwarding chat, messages and responses requests unchanged.
+
+- In front of the scripted upstream: request bytes and response bytes (and the headers that
+  describe the message) pass through identical; errors pass through unchanged; a refused
+  upstream is the caller's 502 in its dialect; a client that leaves closes the upstream stream.
+- In front of another `prism serve --replay`: the three APIs, streamed and not, give the caller
+  exactly what the upstream gives, while the window's run (and the recording) hold the
+  upstream's reasoning, content and calls, re-read by Prism's parser.
+- An upstream whose parser leaks `<tool_call>` markup into its content (a Prism whose pack
+  reads Hermes JSON, serving a Qwen XML call), or a think tag, is flagged `upstream_leak`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anthropic
+import pytest
+
+from app.api.server import ServerThread
+from app.api.state import AppState, ServerConfig
+from app.api.tap import TapEngine
+from app.api.tap_readers import Synth, format_call
+from engine.events import UPSTREAM_LEAK
+from engine.metrics import Metrics
+from engine.packs import resolve_pack
+from engine.recording import Recorder, read_session
+from engine.service import Service
+from engine.upstream import UpstreamEngine
+from tests.app.conftest import TOOLS, Live, xml_call
+from tests.app.test_openai import ASK, collect
+from tests.engine.scripted_upstream import Reply, ScriptedUpstream, Seen, free_port
+
+OUTPUT = "I should check.\n</think>\n\nLet me look it up.\n" + xml_call("get_weather",
+                                                                         city="Paris")
+
+
+@pytest.fixture
+def tap(tmp_path: Path) -> Callable[..., Live]:
+    """tap(url, pack="qwen3-xml", **ServerConfig fields): `prism serve --upstream URL --tap`."""
+    started: list[tuple[Live, TapEngine, Recorder]] = []
+
+    def start(url: str, *, pack: str = "qwen3-xml", **config) -> Live:
+        engine = TapEngine(UpstreamEngine(url))
+        assert engine.ready.wait(10)
+        recorder = Recorder(tmp_path / f"tap{len(started)}.jsonl", model=engine.name,
+                            pack=pack, upstream=engine.base)
+        service = Service(engine, resolve_pack(pack, require_model=False),
+                          metrics=Metrics(engine), recorder=recorder)
+        state = AppState(service=service, config=ServerConfig(tap=True, **config))
+        live = Live(ServerThread(state).start(), state)
+        service.add_listener(lambda u: live.runs.append(u.run) if u.kind == "start" else None)
+        started.append((live, engine, recorder))
+        return live
+
+    yield start
+    for live, engine, recorder in started:
+        live.close()
+        engine.close()
+        live.thread.stop()
+        recorder.close()
+
+
+def wait_done(live: Live) -> None:
+    assert live.runs, "no run was started"
+    assert live.last.wait(10) is not None, "the run never finished"
+
+
+# --- bytes in, bytes out ------------------------------------------------------------------------
+
+REQUEST = (b'{"model":"up-model",  "messages":[{"role":"user","content":"Hi \\u00e9t\\u00e9"}],'
+           b'"stream":true, "vendor_knob": {"x": [1, 2.50]}}')
+STREAM = [
+    b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":'
+    b'{"role":"assistant","reasoning_content":"Hmm, "}}]}\n\n',
+    b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":'
+    b'{"reasoning_content":"simple."}}]}\n\n',
+    b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":'
+    b'{"content":"Hello \xc3\xa9t\xc3\xa9"},"finish_reason":null}],   "vendor_extra":1}\n\n',
+    b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},'
+    b'"finish_reason":"stop"}]}\n\n',
+    b"data: [DONE]\n\n",
+]
+
+
+def test_request_and_response_bytes_pass_through_unchanged(tap):
+    async def script(req: Seen, reply: Reply) -> None:
+        await reply.start_stream("x-upstream-trace: abc123\r\n")
+        for piece in STREAM:
+            await reply.send(piece)
+        await reply.end_stream()
+
+    with ScriptedUpstream(script) as up:
+        live = tap(up.url)
+        http = live.http()
+        with http.stream("POST", "/v1/chat/completions?trace=1", content=REQUEST,
+                         headers={"content-type": "application/json",
+                                  "x-client-tag": "t-1", "authorization": "Bearer theirs"}
+                         ) as resp:
+            body = resp.read()
+        (seen,) = up.requests
+    assert seen.raw == REQUEST  # the request, byte for byte
+    assert seen.path == "/v1/chat/completions?trace=1"
+    assert seen.headers["x-client-tag"] == "t-1"
+    assert seen.headers["authorization"] == "Bearer theirs"  # no key of Prism's: passed on
+    assert body == b"".join(STREAM)  # the answer, byte for byte
+    assert resp.headers["x-upstream-trace"] == "abc123"
+    assert resp.headers["content-type"] == "text/event-stream"
+    wait_done(live)
+    res = live.last.result
+    assert (res.reasoning, res.content, res.finish_reason) == ("Hmm, simple.", "Hello été",
+                                                               "stop")
+    assert res.anomalies.get(UPSTREAM_LEAK, 0) == 0
+
+
+def test_upstream_errors_pass_through_and_a_refused_upstream_is_a_502(tap):
+    async def script(req: Seen, reply: Reply) -> None:
+        await reply.json(422, {"object": "error", "message": "bad field 'x'", "code": 422})
+
+    with ScriptedUpstream(script) as up:
+        live = tap(up.url)
+        resp = live.http().post("/v1/chat/completions", json={"messages": ASK})
+    assert resp.status_code == 422
+    assert resp.json() == {"object": "error", "message": "bad field 'x'", "code": 422}
+    wait_done(live)
+    assert live.last.finish.reason == "error" and "bad field" in live.last.finish.error
+
+    gone = tap(f"http://127.0.0.1:{free_port()}/v1")
+    with pytest.raises(anthropic.InternalServerError) as err:
+        gone.anthropic().messages.create(model="m", max_tokens=10, messages=ASK)
+    assert err.value.status_code == 502
+    assert err.value.body["type"] == "error"  # the caller's dialect
+    assert "could not be reached" in err.value.body["error"]["message"]
+
+
+def test_a_client_that_leaves_closes_the_upstream_stream(tap):
+    async def script(req: Seen, reply: Reply) -> None:
+        await reply.start_stream()
+        for _ in range(500):
+            await reply.event({"choices": [{"index": 0, "delta": {"content": "word "}}]})
+            await asyncio.sleep(0.02)
+
+    with ScriptedUpstream(script) as up:
+        live = tap(up.url)
+        stream = live.openai().chat.completions.create(model="m", messages=ASK, stream=True)
+        for i, _ in enumerate(stream):
+            if i == 3:
+                break
+        stream.close()
+        deadline = time.monotonic() + 5
+        while up.hangups == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert up.hangups == 1
+    wait_done(live)
+    assert live.last.finish.reason == "cancelled"
+
+
+# --- in front of another Prism -------------------------------------------------------------------
+
+
+def test_openai_chat_through_the_tap_is_the_upstreams_and_the_run_holds_it(serve, tap):
+    back = serve(OUTPUT)
+    direct = collect(back.openai().chat.completions.create(
+        model="m", messages=ASK, tools=TOOLS, stream=True))
+    live = tap(back.url)
+    through = collect(live.openai().chat.completions.create(
+        model="m", messages=ASK, tools=TOOLS, stream=True))
+    for key in ("reasoning", "content", "finish"):
+        assert through[key] == direct[key]
+    assert [c["name"] for c in through["calls"].values()] == ["get_weather"]
+    wait_done(live)
+    res = live.last.result
+    assert (res.reasoning, res.content) == (direct["reasoning"], direct["content"])
+    assert res.reasoning == "I should check."
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [("get_weather",
+                                                                 {"city": "Paris"})]
+    assert res.finish_reason == "tool_calls"
+    assert res.anomalies.get(UPSTREAM_LEAK, 0) == 0
+    # What was asked is the request the back got.
+    assert back.last.request.messages == live.last.request.messages
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_and_responses_through_the_tap(serve, tap, stream):
+    back = serve(OUTPUT)
+    live = tap(back.url)
+    if stream:
+        with live.anthropic().messages.stream(model="m", max_tokens=200, messages=ASK,
+                                              tools=[_anthropic_tool()]) as s:
+            msg = s.get_final_message()
+    else:
+        msg = live.anthropic().messages.create(model="m", max_tokens=200, messages=ASK,
+                                               tools=[_anthropic_tool()])
+    assert [b.type for b in msg.content] == ["thinking", "text", "tool_use"]
+    wait_done(live)
+    res = live.last.result
+    assert res.reasoning == "I should check."
+    assert [c.name for c in res.tool_calls] == ["get_weather"]
+
+    resp = live.openai().responses.create(model="m", input="Weather?", stream=False,
+                                          tools=[{"type": "function", "name": "get_weather",
+                                                  "parameters": TOOLS[0]["function"]
+                                                  ["parameters"]}])
+    assert [o.type for o in resp.output] == ["reasoning", "message", "function_call"]
+    wait_done(live)
+    assert [c.name for c in live.last.result.tool_calls] == ["get_weather"]
+
+
+def _anthropic_tool() -> dict:
+    fn = TOOLS[0]["function"]
+    return {"name": fn["name"], "description": fn["description"],
+            "input_schema": fn["parameters"]}
+
+
+# --- leaks ---------------------------------------------------------------------------------------
+
+
+def test_an_upstream_that_leaks_call_markup_into_content_is_flagged(serve, tap):
+    # The back reads Hermes JSON calls: the Qwen XML call it is given stays content text.
+    back = serve(OUTPUT, pack="qwen3-hermes")
+    live = tap(back.url, pack="qwen3-xml")
+    reply = live.openai().chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+    assert "<tool_call>\n<function=get_weather>" in reply.choices[0].message.content
+    assert reply.choices[0].message.tool_calls is None  # the caller got the upstream's answer
+    wait_done(live)
+    run = live.last
+    leaks = [ev for ev in run.events if ev.anomaly == UPSTREAM_LEAK]
+    assert len(leaks) == 1 and "returned as text" in leaks[0].text
+    assert run.result.anomalies[UPSTREAM_LEAK] == 1
+    assert [c.name for c in run.result.tool_calls] == ["get_weather"]  # Prism's reading
+    snap = live.service.metrics.snapshot()
+    assert snap["totals"]["anomalies"][UPSTREAM_LEAK] == 1
+    live.service.recorder.close()
+    (req,) = read_session(live.service.recorder.path).requests
+    assert req.result["anomalies"][UPSTREAM_LEAK] == 1
+
+
+def test_a_think_tag_left_in_content_is_flagged(tap):
+    async def script(req: Seen, reply: Reply) -> None:
+        await reply.start_stream()
+        await reply.event({"choices": [{"index": 0, "delta": {"content": "Plan</think>"}}]})
+        await reply.event({"choices": [{"index": 0, "delta": {"content": " Answer."}}]})
+        await reply.event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        await reply.event("[DONE]")
+        await reply.end_stream()
+
+    with ScriptedUpstream(script) as up:
+        live = tap(up.url)
+        out = collect(live.openai().chat.completions.create(model="m", messages=ASK,
+                                                            stream=True))
+    assert out["content"] == "Plan</think> Answer."  # unchanged for the caller
+    wait_done(live)
+    assert live.last.result.anomalies[UPSTREAM_LEAK] == 1
+
+
+def test_synth_writes_the_calls_in_the_pack_syntax_and_knows_whose_text_is_whose():
+    s = Synth("qwen-xml", "reasoning")
+    s.reasoning("think")
+    s.content("text")
+    s.call("f", '{"a": "x", "n": 2}')
+    assert s.text == "think\n</think>\n\ntext\n" + format_call("qwen-xml", "f",
+                                                                 {"a": "x", "n": 2})
+    assert "<parameter=n>\n2\n</parameter>" in s.text
+    assert s.theirs((0, 5)) and s.theirs((18, 20))
+    assert not s.theirs((5, 16)) and not s.theirs((len(s.text) - 5, len(s.text)))
+    h = Synth("hermes-json", "content")
+    h.reasoning("r")
+    h.content("c")
+    assert h.text == "<think>\nr\n</think>\n\nc"
+    assert json.loads(format_call("hermes-json", "f", {"a": 1}).split("\n")[1]) == {
+        "name": "f", "arguments": {"a": 1}}
