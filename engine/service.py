@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import queue
 import secrets
 import threading
@@ -36,6 +37,8 @@ from engine.recording import Recorder
 from engine.request import ChatRequest
 from engine.template import ChatTemplate
 
+log = logging.getLogger("prism")
+SLOW_RENDER_MS = 100.0
 _DONE = object()
 _ids = itertools.count(1)
 
@@ -183,12 +186,18 @@ class Service:
 
     def render(self, request: ChatRequest) -> str:
         thinking = tool_grammar.request_thinking(request, self.pack.thinking)
-        return self.template.render(
+        t0 = time.perf_counter()
+        prompt = self.template.render(
             request.messages,
             tools=request.tools,
             add_generation_prompt=request.add_generation_prompt,
             enable_thinking=thinking,
         )
+        ms = (time.perf_counter() - t0) * 1000
+        if ms > SLOW_RENDER_MS:  # a template that loops, or a huge history (issue 10, item 7)
+            log.warning("[prism] the chat template took %.0f ms to render %d messages "
+                        "(%d characters)", ms, len(request.messages), len(prompt))
+        return prompt
 
     def count_tokens(self, request: ChatRequest) -> int:
         return len(self.engine.tokenize(self.render(request)))

@@ -15,6 +15,7 @@ completed, `max_tokens` at the length limit, `stop_sequence` on a stop string (s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -187,7 +188,7 @@ def block_json(b: Block) -> dict:
 async def messages(request: Request):
     state = get_state(request)
     body = await read_body(request, MessagesBody)
-    run = runs.submit(state, to_chat_request(body))
+    run = await runs.submit(state, to_chat_request(body))
     model = state.reply_model(body.model)
     if body.stream:
         return sse_response(run, stream_events(run, model), error_event)
@@ -211,7 +212,7 @@ async def count_tokens(request: Request):
     body = await read_body(request, MessagesBody)
     chat = to_chat_request(body)
     try:
-        n = state.service.count_tokens(chat)
+        n = await asyncio.to_thread(state.service.count_tokens, chat)  # off the loop
     except Exception as e:  # a template that refuses the conversation -> 400
         raise from_exception(e) from e
     return {"input_tokens": n}

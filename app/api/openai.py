@@ -198,7 +198,7 @@ def reasoning_keys(state: AppState) -> tuple[str, ...]:
 async def chat_completions(request: Request):
     state = get_state(request)
     body = await read_body(request, ChatBody)
-    run = runs.submit(state, to_chat_request(body))
+    run = await runs.submit(state, to_chat_request(body))
     model = state.reply_model(body.model)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -288,7 +288,7 @@ async def responses(request: Request):
     state = get_state(request)
     body = await read_body(request, ResponsesBody)
     chat, schema = to_chat_request(body)
-    run = runs.submit(state, chat)
+    run = await runs.submit(state, chat)
     model = state.reply_model(body.model)
     if body.stream:
         return sse_response(run, Stream(run, body, model, schema).events(),

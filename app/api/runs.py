@@ -5,9 +5,10 @@ refusals become 400s), `wait` (a non-streamed request: wait for the run while wa
 client to go away, and cancel the job if it does), and the numbers every dialect reports from a
 finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`.
 
-Runs on the asyncio loop's thread. `Service.submit` renders and tokenizes the prompt right here
-rather than in a worker thread: it takes well under a millisecond for ordinary prompts, and a
-thread hop would add to every request's time to first token.
+Runs on the asyncio loop's thread, except `Service.submit` itself: rendering the template and
+tokenizing the prompt run in a worker thread (`asyncio.to_thread`), since a hostile template or
+megabytes of special tokens would otherwise freeze every endpoint, /health included (issue 10,
+items 1 and 7). The hop costs tens of microseconds.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def retry_after(state: AppState, depth: int) -> int:
     return max(1, math.ceil(depth * mean_s))
 
 
-def submit(state: AppState, request: ChatRequest) -> Run:
+async def submit(state: AppState, request: ChatRequest) -> Run:
     engine = state.service.engine
     depth = engine.queue_depth()
     if depth >= state.config.max_queue:
@@ -50,10 +51,21 @@ def submit(state: AppState, request: ChatRequest) -> Run:
             code="rate_limit_exceeded",
             headers={"Retry-After": str(retry_after(state, depth))},
         )
+    work = asyncio.ensure_future(asyncio.to_thread(state.service.submit, request))
     try:
-        return state.service.submit(request)
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        # The route was cancelled (shutdown, client gone) while the worker still renders:
+        # the job it is about to queue must not run for nobody.
+        work.add_done_callback(_cancel_submitted)
+        raise
     except Exception as e:  # ContextOverflow, TemplateError -> 400; the rest -> 500
         raise from_exception(e) from e
+
+
+def _cancel_submitted(work: asyncio.Future) -> None:
+    if not work.cancelled() and work.exception() is None:
+        work.result().cancel()
 
 
 async def _drain(run: Run) -> None:

@@ -131,3 +131,47 @@ def test_a_request_that_fails_before_it_starts_is_not_counted(serve):
     assert r.status_code == 500
     snap = http.get("/metrics", params={"format": "json"}).json()
     assert snap["live"]["in_flight"] == 0 and snap["totals"]["requests"] == 0
+
+
+# --- item 7: the template renders off the event loop ----------------------------------------
+
+
+def test_health_answers_while_a_prompt_renders(serve, monkeypatch):
+    """A render that takes as long as it likes (a looping template, megabytes of history)
+    must not stop the loop: /health and other requests are served meanwhile."""
+    import threading
+
+    live = serve(REPLY, REPLY)
+    entered, release = threading.Event(), threading.Event()
+    real_render = live.service.template.render
+
+    def slow_render(*args, **kw):
+        entered.set()
+        assert release.wait(30)
+        return real_render(*args, **kw)
+
+    monkeypatch.setattr(live.service.template, "render", slow_render)
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.setdefault(
+        "r", live.http().post(CHAT, json={"messages": ASK})))
+    worker.start()
+    try:
+        assert entered.wait(10)
+        health = live.http(timeout=5).get("/health")  # on-loop rendering: a ReadTimeout
+        assert health.status_code == 200
+        assert live.http(timeout=5).get("/v1/models").status_code == 200
+        assert "r" not in result  # the chat request is still rendering
+    finally:
+        release.set()
+        worker.join(30)
+    assert result["r"].status_code == 200
+
+
+def test_a_slow_render_is_logged(serve, monkeypatch, caplog):
+    import engine.service
+
+    monkeypatch.setattr(engine.service, "SLOW_RENDER_MS", 0.0)
+    live = serve(REPLY)
+    with caplog.at_level("WARNING", logger="prism"):
+        live.http().post(CHAT, json={"messages": ASK})
+    assert any("chat template took" in r.getMessage() for r in caplog.records)
