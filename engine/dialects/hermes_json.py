@@ -18,6 +18,7 @@ is an error (the parser returns the text with a `malformed_call` anomaly).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from engine.dialects.common import (
@@ -35,6 +36,7 @@ from engine.tags import CALL_CLOSE
 NAME = "hermes-json"
 _ESC = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _MAX_DEPTH = 64
+_STRING_STOP = re.compile(r'["\\]')  # what ends a run of plain characters inside a string
 
 
 @dataclass(slots=True)
@@ -82,18 +84,33 @@ class CallParser(CallBody):
     def feed(self, text: str) -> None:
         if self.done or self.error:
             return
-        for ch in text:
+        i, n = 0, len(text)
+        while i < n:
+            if self._in_str and not self._esc and n - i > 1:
+                # A run of plain string characters at once (most of a body): nothing in it
+                # can end the string or be an error, and escaping it whole equals escaping
+                # it per character.
+                m = _STRING_STOP.search(text, i)
+                j = m.start() if m else n
+                if j > i:
+                    run = text[i:j]
+                    self._pos += j - i
+                    self._raw.append(run)
+                    self._string_piece(run)
+                    i = j
+                    continue
+            ch = text[i]
+            i += 1
             self._pos += 1
             if self._phase == 1:
-                mark = len(self._frag)
+                mark, end = len(self._frag), self._frag_end
                 self._scan(ch)
                 if self.error:
                     # Keep what the characters before the bad one produced, so the events
                     # are the same however the text was chunked.
                     del self._frag[mark:]
+                    self._frag_end = end
                     self._flush()
-                elif len(self._frag) != mark:
-                    self._frag_end = self._pos
             elif self._phase == 0:
                 if ch in WS:
                     continue
@@ -144,6 +161,7 @@ class CallParser(CallBody):
     def _out(self, s: str) -> None:
         if self._emit_base:
             self._frag.append(s)
+            self._frag_end = self._pos
 
     def _flush(self) -> None:
         # The fragment ends at the character that wrote it, not at the end of the feed: the
@@ -204,7 +222,6 @@ class CallParser(CallBody):
             self._out(ch)
             if len(self._stack) == self._emit_base:
                 self._emit_base = 0
-                self._frag_end = self._pos
                 self._flush()
             self._stack.pop()
             self._end_value()
@@ -303,6 +320,7 @@ class CallParser(CallBody):
         if self._emit_base and not self._string_is_key:
             # json.dumps escapes per code point, so escaping each piece joins to the whole
             self._frag.append(json.dumps(s)[1:-1])
+            self._frag_end = self._pos
 
     def _finish_object(self) -> None:
         self.resume = self._pos  # any error found here concerns the whole object
