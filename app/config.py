@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 from app import upstream
 from engine import dialects
+from engine.context import plan_context
 from engine.families import preserved_tokens
 from engine.metrics import Metrics
 from engine.packs import PackError, resolve_pack
@@ -34,7 +36,12 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    "plain-text model outputs instead of a model (each request takes the next)")
     p.add_argument("--replay-speed", type=float, default=0.0,
                    help="replay pace: 0 instant (default), 1 as recorded, N for N× faster")
-    p.add_argument("--n-ctx", type=int, default=4096, help="context length (default 4096)")
+    p.add_argument("--n-ctx", type=int, default=None,
+                   help="context length (default: the model's trained context, capped so its KV "
+                   "cache takes at most a quarter of this machine's memory)")
+    p.add_argument("--max-tokens", type=_at_least_one, default=None, metavar="N",
+                   help="the most tokens one reply may generate, and the default for requests "
+                   "that set none (default: what remains of the context)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for llama.cpp (default: half the cores to decode, all of "
                    "them for the prompt)")
@@ -53,6 +60,16 @@ def _at_least_one(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
     return n
+
+
+def context_size(args: argparse.Namespace, gguf: Path) -> int:
+    """--n-ctx, else the model's trained context within the memory budget; said on stderr."""
+    if args.n_ctx:
+        print(f"prism: context {args.n_ctx} tokens (--n-ctx)", file=sys.stderr, flush=True)
+        return args.n_ctx
+    plan = plan_context(gguf)
+    print(f"prism: {plan.describe()}", file=sys.stderr, flush=True)
+    return plan.n_ctx
 
 
 def resolve(args: argparse.Namespace):
@@ -79,7 +96,7 @@ def build_service(args: argparse.Namespace) -> Service:
 
         if pack.gguf is None:
             raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
-        engine = LlamaEngine(pack.gguf, n_ctx=args.n_ctx or pack.n_ctx,
+        engine = LlamaEngine(pack.gguf, n_ctx=context_size(args, pack.gguf),
                              n_gpu_layers=args.n_gpu_layers,
                              n_threads=args.threads, parallel=args.parallel,
                              preserved=preserved_tokens(pack.dialect))

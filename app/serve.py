@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         # --upstream: nothing waits here; the limit is on requests in flight at the upstream.
         max_queue=args.upstream_max_inflight if args.upstream else args.max_queue,
         model_name=args.model_name or (service.engine.name if args.upstream else ""),
+        max_tokens=args.max_tokens,
         tap=args.tap,
     )
     state = AppState(service=service, config=config)

@@ -209,10 +209,12 @@ class Service:
         ids = self.engine.tokenize(prompt)
         n_prompt = len(ids)
         n_ctx = self.engine.n_ctx
-        if n_prompt >= n_ctx or (request.max_tokens and n_prompt + request.max_tokens > n_ctx):
+        if n_prompt >= n_ctx:  # only a prompt that does not fit is refused
             raise ContextOverflow(n_ctx, n_prompt, request.max_tokens)
         run = Run(self, request, prompt, start_state(prompt, self.pack.dialect), n_prompt)
-        max_tokens = request.max_tokens or max(1, n_ctx - n_prompt)
+        # What remains of the context caps the reply (it ends with "length" there), whatever
+        # max_tokens asked: Claude Code sends 32000 or 64000 (issue 9, item 5).
+        max_tokens = min(request.max_tokens or n_ctx, n_ctx - n_prompt)
         job = Job(
             prompt=prompt, prompt_ids=tuple(ids), max_tokens=max_tokens,
             sampling=request.sampling, stop=request.stop,

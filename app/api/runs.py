@@ -14,6 +14,7 @@ items 1 and 7). The hop costs tens of microseconds.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 
 from fastapi import Request
@@ -40,7 +41,17 @@ def retry_after(state: AppState, depth: int) -> int:
     return max(1, math.ceil(depth * mean_s))
 
 
+def capped(state: AppState, request: ChatRequest) -> ChatRequest:
+    """The request with --max-tokens applied: the default when it sets no limit, the cap when
+    it asks for more (a follow-up without max_tokens once ran 3,725 tokens; issue 9, item 7)."""
+    cap = state.config.max_tokens
+    if cap is None or (request.max_tokens is not None and request.max_tokens <= cap):
+        return request
+    return dataclasses.replace(request, max_tokens=cap)
+
+
 async def submit(state: AppState, request: ChatRequest) -> Run:
+    request = capped(state, request)
     engine = state.service.engine
     depth = engine.queue_depth()
     if depth >= state.config.max_queue:

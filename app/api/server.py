@@ -99,7 +99,8 @@ async def props(request: Request):
         "default_generation_settings": {
             "n_ctx": engine.n_ctx,
             "model": state.model_id,
-            "params": {"n_predict": -1, "temperature": DEFAULT.temperature,
+            "params": {"n_predict": state.config.max_tokens or -1,
+                       "temperature": DEFAULT.temperature,
                        "top_k": DEFAULT.top_k, "top_p": DEFAULT.top_p, "min_p": DEFAULT.min_p,
                        "repeat_penalty": DEFAULT.repeat_penalty},
         },

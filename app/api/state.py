@@ -24,6 +24,7 @@ class ServerConfig:
     max_queue: int = 16  # past this many waiting requests: 429 with Retry-After
     max_body_bytes: int = 8 * 1024 * 1024
     model_name: str = ""  # the name /v1/models reports; any name is served by it
+    max_tokens: int | None = None  # --max-tokens: cap and default of every reply's length
     allowed_hosts: tuple[str, ...] = ()  # Host names served besides the bound address
     cors_origins: tuple[str, ...] = ()  # web origins allowed to call (CORS); none by default
     tap: bool = False  # --tap: chat APIs forwarded to the upstream as they are (app/api/tap.py)

@@ -4,6 +4,7 @@ clients. No model is needed (the `model` tests bring their own engine)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from collections.abc import Callable
@@ -39,6 +40,16 @@ def captured(client: str) -> dict:
     """A real client's first request, captured on the wire (tests/app/data/client_*.json:
     {"method", "path", "headers", "body"}; copied from /work/shared/clients)."""
     return json.loads((DATA / f"client_{client}.json").read_text(encoding="utf-8"))
+
+
+def sdk_kwargs(method, body: dict, **override) -> dict:
+    """A captured body as an official SDK method's arguments: the fields the SDK has a
+    parameter for as themselves, the rest as `extra_body` (as the client sent them)."""
+    body = {**body, **override}
+    params = inspect.signature(method).parameters
+    known = {k: v for k, v in body.items() if k in params and k != "extra_body"}
+    extra = {k: v for k, v in body.items() if k not in known}
+    return {**known, "extra_body": extra} if extra else known
 
 
 def xml_call(name: str, **params) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.conftest import captured, oracle, recorded_failures, xml_call
+from tests.app.conftest import captured, oracle, recorded_failures, sdk_kwargs, xml_call
 from tests.app.test_openai import CASES
 
 TOOLS = [
@@ -165,15 +165,10 @@ def test_usage_on_message_start_and_end(serve):
 
 
 def claude_code_call(client, body: dict, headers: dict, **override):
-    """Claude Code's request as its SDK sends it: the beta path, its betas, and the fields the
-    SDK has no parameter for as extra body."""
-    body = {**body, **override}
-    known = ("model", "messages", "system", "tools", "metadata", "max_tokens", "thinking")
-    return client.beta.messages.create(
-        **{k: body[k] for k in known}, stream=body.get("stream", False),
-        betas=headers["anthropic-beta"].split(","),
-        extra_body={k: v for k, v in body.items() if k not in (*known, "stream")},
-    )
+    """Claude Code's request as its SDK sends it: the beta path with its betas."""
+    create = client.beta.messages.create
+    return create(**sdk_kwargs(create, body, **override),
+                  betas=headers["anthropic-beta"].split(","))
 
 
 def test_claude_code_system_message_mid_conversation(serve):

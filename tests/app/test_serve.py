@@ -96,7 +96,7 @@ def test_a_real_model_leaves_the_terminal_its_lines(default_model):
     env.pop("PRISM_API_KEY", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", "--port", str(port), "--no-record",
-         "--n-ctx", "2048"],
+         "--max-tokens", "8"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -109,16 +109,21 @@ def test_a_real_model_leaves_the_terminal_its_lines(default_model):
                     pass
                 assert proc.poll() is None and time.monotonic() < deadline
                 time.sleep(0.1)
+            # 100000 > the context: clamped (--max-tokens 8), not refused (issue 9, items 5, 7)
             ok = http.post("/v1/chat/completions", json={
-                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000})
             bad = http.post("/v1/messages", json={"model": "m", "max_tokens": 5,
                                                   "messages": []})
         assert ok.status_code == 200 and bad.status_code == 400
+        assert ok.json()["usage"]["completion_tokens"] <= 8
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert f"prism: serving SmolLM2-135M-Instruct.Q4_1 (smollm2) on http://127.0.0.1:{port}/v1" \
         in err
     assert '"POST /v1/chat/completions HTTP/1.1" 200' in err
+    # The default context: the model's trained one, said at start.
+    assert "prism: context 8192 tokens, the model's trained context; its KV cache takes " \
+        "180 MiB" in err
     reason = bad.json()["error"]["message"]
     assert f"[prism] anthropic /v1/messages 400 invalid_request_error: {reason}" in err

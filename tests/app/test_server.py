@@ -15,6 +15,7 @@ import pytest
 from engine.base import Token
 from engine.recording import Recorder
 from engine.request import ChatRequest, Message
+from tests.app.conftest import captured, sdk_kwargs
 from tests.support import wait_until
 
 ASK = [{"role": "user", "content": "hi"}]
@@ -77,6 +78,58 @@ def test_lenient_in_unknown_fields_and_any_model(serve):
     r = live.http().post("/v1/chat/completions", json=body)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
     assert live.last.request.messages[0].role == "system"
+
+
+# --- context and output limits (issue 9, items 5 and 7) --------------------------------------
+
+LONG = "Plan.\n</think>\n\n" + "word " * 400
+
+
+def test_claude_code_max_tokens_is_clamped_to_what_remains(serve):
+    # Claude Code's real first request asks for max_tokens 64000 on a long prompt. When the
+    # prompt fits, the reply gets what remains of the context and ends at `max_tokens`,
+    # instead of the whole request being refused.
+    cap = captured("claude_code")
+    body = {**cap["body"], "stream": False}
+    probe = serve("x")
+    n_prompt = probe.http().post("/v1/messages/count_tokens", json=body).json()["input_tokens"]
+    live = serve(LONG, n_ctx=n_prompt + 12)
+    r = live.http().post("/v1/messages?beta=true", json=body,
+                         headers={"anthropic-beta": cap["headers"]["anthropic-beta"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["stop_reason"] == "max_tokens"
+    assert r.json()["usage"]["output_tokens"] == 12 == live.last.job.max_tokens
+
+
+def test_codex_request_on_a_context_just_big_enough(serve):
+    cap = captured("codex")
+    probe = serve("x")
+    create = probe.openai().responses.create
+    create(**sdk_kwargs(create, cap["body"], stream=False))
+    n_prompt = probe.last.prompt_tokens
+    live = serve(LONG, n_ctx=n_prompt + 7)
+    create = live.openai().responses.create
+    resp = create(**sdk_kwargs(create, cap["body"], stream=False))
+    assert resp.status == "incomplete" and resp.incomplete_details.reason == "max_output_tokens"
+    assert resp.usage.output_tokens == 7
+    with pytest.raises(openai.BadRequestError) as err:  # a prompt that does not fit: refused
+        create = serve(LONG, n_ctx=n_prompt).openai().responses.create
+        create(**sdk_kwargs(create, cap["body"], stream=False))
+    assert err.value.code == "context_length_exceeded"
+
+
+def test_max_tokens_flag_is_the_default_and_the_cap(serve):
+    live = serve(LONG, LONG, LONG, max_tokens=5)
+    client = live.openai()
+    unset = client.chat.completions.create(model="m", messages=ASK)
+    more = client.chat.completions.create(model="m", messages=ASK, max_tokens=100)
+    less = client.chat.completions.create(model="m", messages=ASK, max_tokens=3)
+    assert [r.usage.completion_tokens for r in (unset, more, less)] == [5, 5, 3]
+    assert {unset.choices[0].finish_reason, more.choices[0].finish_reason} == {"length"}
+    props = live.http().get("/props").json()
+    assert props["default_generation_settings"]["params"]["n_predict"] == 5
+    assert serve("x").http().get("/props").json()[
+        "default_generation_settings"]["params"]["n_predict"] == -1
 
 
 def test_context_overflow_in_both_dialects(serve):

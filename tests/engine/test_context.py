@@ -1,0 +1,49 @@
+"""engine/context.py: the default context is the model's trained context, capped by a memory
+budget for its KV cache, computed from the real default model's GGUF metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.context import STEP, kv_bytes_per_token, plan_context
+from engine.packs import read_gguf_metadata
+
+# SmolLM2-135M: 30 layers, 3 KV heads of 64 dimensions, K and V in f16.
+SMOL_KV = 30 * 3 * (64 + 64) * 2
+
+
+def test_the_trained_context_when_the_budget_allows(default_model: Path):
+    plan = plan_context(default_model, budget=2**30)
+    assert (plan.n_ctx, plan.trained, plan.kv_per_token) == (8192, 8192, SMOL_KV)
+    assert not plan.capped
+    assert plan.describe() == ("context 8192 tokens, the model's trained context; its KV cache "
+                               "takes 180 MiB")
+
+
+def test_capped_by_the_budget_to_a_multiple_of_the_step(default_model: Path):
+    budget = 50 * 2**20
+    plan = plan_context(default_model, budget=budget)
+    assert plan.capped and plan.n_ctx % STEP == 0
+    assert plan.n_ctx * SMOL_KV <= budget < (plan.n_ctx + STEP) * SMOL_KV
+    assert "trained for 8192" in plan.describe() and "--n-ctx N" in plan.describe()
+
+
+def test_the_default_budget_is_a_quarter_of_the_memory(default_model: Path):
+    plan = plan_context(default_model)
+    assert "quarter" in plan.budget_origin and plan.budget > 0
+
+
+def test_kv_bytes_per_token_reads_grouped_and_per_layer_heads(default_model: Path):
+    meta = read_gguf_metadata(default_model)
+    assert kv_bytes_per_token(meta) == SMOL_KV
+    per_layer = {**meta, "llama.attention.head_count_kv": [3] * 10 + [0] * 20}
+    assert kv_bytes_per_token(per_layer) == SMOL_KV // 3
+    assert kv_bytes_per_token({"general.architecture": "llama"}) is None
+
+
+def test_a_file_without_metadata_gets_the_fallback(tmp_path: Path):
+    bogus = tmp_path / "x.gguf"
+    bogus.write_bytes(b"not a gguf")
+    plan = plan_context(bogus, budget=2**30)
+    assert (plan.n_ctx, plan.trained, plan.kv_per_token) == (4096, None, None)
+    assert "names no trained context" in plan.describe()
