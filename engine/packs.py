@@ -41,7 +41,8 @@ MAX_DEFAULT_CTX = 8192
 # Fallback templates for a GGUF without one, by general.architecture.
 ARCH_TEMPLATES = {"qwen2": "qwen3_hermes", "qwen3": "qwen3_hermes", "qwen3moe": "qwen3_hermes",
                   "gemma3": "gemma3", "gemma3_text": "gemma3", "llama": "chatml",
-                  "gpt-oss": "harmony"}
+                  "gpt-oss": "harmony", "glm4moe": "glm", "minimax-m2": "minimax_xml",
+                  "gemma4": "gemma4"}
 # End-of-turn markers worth stopping on when a template uses them.
 TURN_ENDS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
 

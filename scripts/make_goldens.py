@@ -168,26 +168,27 @@ CASES += [
 ]
 
 
-def think_family_cases(family: str, template: str, call: str, bos: str = "") -> list[dict]:
+def think_family_cases(family: str, template: str, call: str, bos: str = "", eos: str = "",
+                       think: str = "<think>") -> list[dict]:
     """Tools over several turns, thinking on and off, and both history fixes (a call left
     inside the thinking: content opening <think>, or reasoning_content ending with it). Named
     `_fix_`, not `_repair_`: Prism's Python repair reads Qwen's tags only, so for these the
     template's own jinja repair is what the golden pins."""
     return [
         case(f"{family}_tools_multiturn", template, [SYSTEM, *TOOL_TURNS], tools=[WEATHER, WRITE],
-             bos=bos),
-        case(f"{family}_thinking_on", template, [user("2+2?")], thinking=True, bos=bos),
-        case(f"{family}_thinking_off", template, [user("2+2?")], thinking=False, bos=bos),
+             bos=bos, eos=eos),
+        case(f"{family}_thinking_on", template, [user("2+2?")], thinking=True, bos=bos, eos=eos),
+        case(f"{family}_thinking_off", template, [user("2+2?")], thinking=False, bos=bos, eos=eos),
         case(f"{family}_fix_open_think_content", template,
              [user("Weather in Paris?"),
-              Message("assistant", "<think>\nThe user wants weather.\n" + call),
+              Message("assistant", think + "\nThe user wants weather.\n" + call),
               Message("tool", "sunny", tool_call_id="call_get_weather"),
-              Message("assistant", "Sunny."), user("Thanks")], tools=[WEATHER], bos=bos),
+              Message("assistant", "Sunny."), user("Thanks")], tools=[WEATHER], bos=bos, eos=eos),
         case(f"{family}_fix_reasoning_tail", template,
              [user("Weather in Paris?"),
               Message("assistant", "", reasoning_content="Let me look.\n" + call + "\n"),
               Message("tool", "sunny", tool_call_id="call_get_weather")], tools=[WEATHER],
-             bos=bos),
+             bos=bos, eos=eos),
     ]
 
 
@@ -203,6 +204,28 @@ CASES += think_family_cases("deepseek", "deepseek.jinja", DEEPSEEK_CALL,
                             bos="<｜begin▁of▁sentence｜>")
 CASES += think_family_cases("dsml", "dsml.jinja", DSML_CALL, bos="<｜begin▁of▁sentence｜>")
 CASES += think_family_cases("kimi_k2", "kimi_k2.jinja", KIMI_CALL)
+GLM_CALL = ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+            "</tool_call>")
+MINIMAX_CALL = ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris'
+                "</parameter>\n</invoke>\n</minimax:tool_call>")
+MISTRAL_CALL = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+GEMMA4_CALL = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'
+CASES += think_family_cases("glm", "glm.jinja", GLM_CALL)
+CASES += think_family_cases("minimax_xml", "minimax_xml.jinja", MINIMAX_CALL)
+CASES += think_family_cases("mistral", "mistral.jinja", MISTRAL_CALL, bos="<s>", eos="</s>",
+                            think="[THINK]")
+CASES += think_family_cases("gemma4", "gemma4.jinja", GEMMA4_CALL, bos="<bos>",
+                            think="<|channel>thought")
+CASES += [
+    case("llama3_json_one_call", "llama3_json.jinja",
+         [SYSTEM, *TOOL_TURNS[:3], Message("assistant", "21 °C and clear.")],
+         tools=[WEATHER, WRITE], bos="<|begin_of_text|>"),
+    case("llama3_json_calls_joined", "llama3_json.jinja", [SYSTEM, *TOOL_TURNS],
+         tools=[WEATHER, WRITE], bos="<|begin_of_text|>"),
+    case("llama3_json_no_tools_no_generation_prompt", "llama3_json.jinja",
+         [user("Hi"), Message("assistant", "Hello!", reasoning_content="ignored")], gen=False,
+         bos="<|begin_of_text|>"),
+]
 
 
 def template_source(name: str) -> str:
