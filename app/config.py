@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from app import upstream
+from app.preflight import check_template
 from engine import dialects
 from engine.context import plan_context
 from engine.families import preserved_tokens
@@ -76,10 +77,11 @@ def resolve(args: argparse.Namespace):
     """The pack these arguments name; replays need only its template."""
     name = args.pack or (REPLAY_PACK if args.replay and not args.model else None)
     try:
-        return resolve_pack(name, args.model, require_model=not args.replay,
+        pack = resolve_pack(name, args.model, require_model=not args.replay,
                             dialect=args.dialect)
     except PackError as e:
         raise SystemExit(f"prism: {e}") from None
+    return check_template(pack)  # before the model loads: a broken template fails at once
 
 
 def build_service(args: argparse.Namespace) -> Service:

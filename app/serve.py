@@ -71,13 +71,25 @@ def run(args: argparse.Namespace) -> int:
     check_host(args.host, args.api_key)
     if args.tap and not args.upstream:
         raise SystemExit("prism serve: --tap forwards to an upstream; give --upstream URL too")
-    from app.api.server import serve
+    from app.api.listen import bind
+    from app.api.server import make_server
     from app.api.state import AppState, ServerConfig
 
-    service = build_service(args)
+    # Bind first: a busy port fails before the model loads, and --port 0 learns its port.
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as e:
+        raise SystemExit(f"prism serve: cannot listen on {args.host}:{args.port}: "
+                         f"{e.strerror or e}") from None
+    port = sock.getsockname()[1]
+    try:
+        service = build_service(args)
+    except BaseException:
+        sock.close()
+        raise
     config = ServerConfig(
         host=args.host,
-        port=args.port,
+        port=port,
         api_key=args.api_key or None,
         allowed_hosts=tuple(args.allow_host),
         cors_origins=tuple(args.cors_origin),
@@ -92,13 +104,16 @@ def run(args: argparse.Namespace) -> int:
     # --log-level debug also shows llama.cpp's own lines (logger "prism.llama").
     logging.getLogger("prism").setLevel(args.log_level.upper())
     # The banner, uvicorn's lines and every error's reason all go to stderr (issue 9, item 2).
+    shown = f"[{args.host}]" if ":" in args.host else args.host
     print(f"prism: serving {service.engine.name} ({service.pack.name}) on "
-          f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+          f"http://{shown}:{port}/v1", file=sys.stderr, flush=True)
     try:
-        asyncio.run(serve(state, log_level=args.log_level))
+        asyncio.run(make_server(state, args.host, port, log_level=args.log_level)
+                    .serve(sockets=[sock]))
     except KeyboardInterrupt:
         pass
     finally:
+        sock.close()
         service.engine.close()
         if service.recorder is not None:
             service.recorder.close()

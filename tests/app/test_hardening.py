@@ -9,7 +9,15 @@ client library would produce from valid text.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
+import httpx
 import pytest
 
 S = "\ud800"  # a lone surrogate: json.dumps writes it as the escape "\ud800"
@@ -139,8 +147,6 @@ def test_a_request_that_fails_before_it_starts_is_not_counted(serve):
 def test_health_answers_while_a_prompt_renders(serve, monkeypatch):
     """A render that takes as long as it likes (a looping template, megabytes of history)
     must not stop the loop: /health and other requests are served meanwhile."""
-    import threading
-
     live = serve(REPLY, REPLY)
     entered, release = threading.Event(), threading.Event()
     real_render = live.service.template.render
@@ -175,3 +181,68 @@ def test_a_slow_render_is_logged(serve, monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="prism"):
         live.http().post(CHAT, json={"messages": ASK})
     assert any("chat template took" in r.getMessage() for r in caplog.records)
+
+
+# --- item 8: start-up errors that were silent -------------------------------------------------
+
+
+def broken_gguf(tmp_path):
+    """The default model with one `%}` of its embedded chat template turned into `}}`."""
+    from engine.packs import resolve_pack
+
+    data = bytearray(resolve_pack("smollm2").gguf.read_bytes())
+    old = b"{% for message in messages %}"
+    at = data.find(old)
+    assert at > 0
+    data[at:at + len(old)] = b"{% for message in messages }}"
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_broken_template_is_reported_with_its_line_before_the_model_loads(
+        tmp_path, monkeypatch, default_model):
+    import engine.llama
+
+    def no_load(*args, **kw):
+        raise AssertionError("the model was loaded before the template was checked")
+
+    monkeypatch.setattr(engine.llama, "LlamaEngine", no_load)
+    from app.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as e:
+        cli_main(["serve", "--model", str(broken_gguf(tmp_path)), "--no-record", "--port", "0"])
+    message = str(e.value.code)
+    assert "chat template" in message and "broken.gguf" in message
+    assert "line 1: unexpected '}'" in message
+    assert "1 | {% for message in messages }}" in message
+
+
+def test_port_0_prints_the_port_it_picked(tmp_path):
+    out = tmp_path / "out.txt"
+    out.write_text("Fine.\n</think>\n\nok")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PRISM_API_KEY", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--replay", str(out), "--port", "0",
+         "--no-record", "--log-level", "warning"],
+        cwd=Path(__file__).resolve().parents[2], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
+        assert found, line
+        port = int(found.group(1))
+        assert port != 0
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+            for _ in range(100):  # the banner comes before uvicorn accepts: wait for it
+                try:
+                    if http.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            r = http.post("/v1/chat/completions", json={"messages": ASK})
+        assert r.json()["choices"][0]["message"]["content"] == "ok"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
