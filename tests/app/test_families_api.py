@@ -1,0 +1,227 @@
+"""Each model family end to end: an output written in the family's own markup, replayed through
+the family's built-in pack (what `prism serve --pack FAMILY --replay FILE` runs), read by the
+official `openai` and `anthropic` SDKs, streamed and whole. Reasoning, content and tool calls
+must come out as the family's parser reads them (the oracle), which must be the reasoning,
+answer and call that the output holds, and the prompt must start the parser where the family's
+template leaves the model (engine/families.py). One subprocess test runs the real CLI.
+
+A family whose parser is not registered yet (engine/dialects) is skipped, saying so."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from engine import dialects
+from engine.families import BY_DIALECT, detect, start_state
+from engine.packs import resolve_pack
+from engine.request import Message
+from tests.app.conftest import TOOLS, oracle
+from tests.app.test_anthropic import TOOLS as ANTHROPIC_TOOLS
+from tests.app.test_anthropic import blocks, summary
+from tests.app.test_openai import collect, comparable, whole
+
+ASK = [{"role": "user", "content": "What is the weather in Paris for two days?"}]
+CALL = ("get_weather", {"city": "Paris", "days": 2})
+THINK_ON = {"chat_template_kwargs": {"enable_thinking": True}}
+
+
+@dataclass(frozen=True)
+class Case:
+    """What the model writes after the family pack's prompt, and what it means."""
+
+    output: str
+    reasoning: str  # the reasoning, whitespace aside ("" for none)
+    content: str  # the answer, whitespace aside
+    calls: tuple = (CALL,)
+    start: str = "content"  # where the pack's prompt leaves the parser
+    extra: dict | None = None  # request fields (thinking on for families off by default)
+
+
+CASES: dict[str, Case] = {
+    "harmony": Case(
+        "<|channel|>analysis<|message|>Need the weather for Paris.<|end|>"
+        "<|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+        '<|message|>{"city": "Paris", "days": 2}<|call|>',
+        "Need the weather for Paris.", "Checking."),
+    "harmony-answer": Case(
+        "<|channel|>analysis<|message|>Simple greeting.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Hello there.<|return|>",
+        "Simple greeting.", "Hello there.", calls=()),
+    "deepseek": Case(
+        "Need the weather for Paris.\n</think>\n\nChecking.<｜tool▁calls▁begin｜>"
+        '<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 2}'
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "Need the weather for Paris.", "Checking.", start="reasoning"),
+    "dsml": Case(
+        "Need the weather for Paris.</think>Checking.\n\n<｜DSML｜function_calls>\n"
+        '<｜DSML｜invoke name="get_weather">\n'
+        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        "Need the weather for Paris.", "Checking.", start="reasoning"),
+    "glm": Case(
+        "<think>Need the weather for Paris.</think>\nChecking.\n<tool_call>get_weather\n"
+        "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+        "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+        "Need the weather for Paris.", "Checking."),
+    "kimi-k2": Case(
+        "<think>Need the weather for Paris.</think>Checking.<|tool_calls_section_begin|>"
+        "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+        '{"city": "Paris", "days": 2}<|tool_call_end|><|tool_calls_section_end|>',
+        "Need the weather for Paris.", "Checking."),
+    "minimax-xml": Case(
+        "Need the weather for Paris.\n</think>\n\nChecking.\n<minimax:tool_call>\n"
+        '<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+        '<parameter name="days">2</parameter>\n</invoke>\n</minimax:tool_call>',
+        "Need the weather for Paris.", "Checking.", start="reasoning"),
+    "mistral": Case(
+        '[THINK]Need the weather for Paris.[/THINK]Checking.[TOOL_CALLS]get_weather[ARGS]'
+        '{"city": "Paris", "days": 2}',
+        "Need the weather for Paris.", "Checking.", extra=THINK_ON),
+    "mistral-older-calls": Case(
+        'Checking.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", '
+        '"days": 2}}]', "", "Checking."),
+    "gemma4": Case(
+        "<|channel>thought\nNeed the weather for Paris.<channel|>"
+        '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>',
+        "Need the weather for Paris.", "", extra=THINK_ON),
+    "llama3-json": Case('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}',
+                        "", ""),
+    "llama3-json-python-tag": Case(
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}',
+        "", ""),
+}
+
+
+def family_of(name: str) -> str:
+    return next(d for d in sorted(BY_DIALECT, key=len, reverse=True) if name.startswith(d))
+
+
+def needs_parser(name: str) -> str:
+    family = family_of(name)
+    if family not in dialects.NAMES:
+        pytest.skip(f"no parser for the {family} dialect yet (engine/dialects)")
+    return family
+
+
+def norm(text: str) -> str:
+    return text.strip()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_family_pack_starts_where_its_output_continues(name):
+    """Needs no parser: the pack's template renders the request, and families.start_state
+    reads where the model takes over, as the service will."""
+    family, case = family_of(name), CASES[name]
+    pack = resolve_pack(family, require_model=False)
+    assert pack.dialect == family and detect(pack.template).dialect == family
+    thinking = (case.extra or {}).get("chat_template_kwargs", {}).get("enable_thinking")
+    prompt = pack.chat_template().render(
+        [Message("user", ASK[0]["content"])], tools=TOOLS,
+        enable_thinking=pack.thinking if thinking is None else thinking)
+    assert start_state(prompt, family) == case.start, prompt[-60:]
+    assert "get_weather" in prompt  # the tools reach the model
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_openai_sdk_reads_each_family(serve, name):
+    family, case = needs_parser(name), CASES[name]
+    live = serve(case.output, case.output, pack=family)
+    client = live.openai()
+    kw = {"model": "m", "messages": ASK, "tools": TOOLS, "extra_body": case.extra or {}}
+    streamed = collect(client.chat.completions.create(stream=True, **kw))
+    resp = whole(client.chat.completions.create(**kw))
+    run = live.last
+    assert run.start_state == case.start, run.prompt[-80:]
+    want = oracle(case.output, start=case.start, dialect=family, tools=TOOLS)
+    oracle_calls = [(c.name, c.arguments) for c in want.tool_calls]
+    assert comparable(streamed) == comparable(resp) == (
+        want.reasoning, want.content, oracle_calls, want.finish_reason)
+    reasoning, content, calls, finish = comparable(resp)
+    assert (norm(reasoning), norm(content), calls) == (case.reasoning, case.content,
+                                                        list(case.calls))
+    assert finish == ("tool_calls" if case.calls else "stop")
+    assert not run.result.anomalies, run.result.anomalies
+    # markup never leaks into what the client sees
+    for text in (reasoning, content):
+        assert "<|" not in text and "<｜" not in text and "[TOOL_CALLS]" not in text
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_anthropic_sdk_reads_each_family(serve, name):
+    family, case = needs_parser(name), CASES[name]
+    live = serve(case.output, case.output, pack=family)
+    client = live.anthropic()
+    kw = {"model": "claude-any", "max_tokens": 4096, "messages": ASK, "tools": ANTHROPIC_TOOLS}
+    if case.extra:
+        kw["thinking"] = {"type": "enabled", "budget_tokens": 1024}
+    with client.messages.stream(**kw) as stream:
+        for _ in stream:
+            pass
+        streamed = stream.get_final_message()
+    message = client.messages.create(**kw)
+    assert summary(blocks(streamed)) == summary(blocks(message))
+    thinking, text, calls = summary(blocks(message))
+    assert (norm(thinking), norm(text)) == (case.reasoning, case.content)
+    assert calls == list(case.calls)
+    assert message.stop_reason == ("tool_use" if case.calls else "end_turn")
+
+
+# --- the real command line -----------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_prism_serve_replays_a_harmony_output_for_the_sdks(tmp_path):
+    family = needs_parser("harmony")
+    case = CASES["harmony"]
+    out = tmp_path / "gpt-oss.txt"
+    out.write_text(case.output, encoding="utf-8")
+    port = _free_port()
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--pack", family, "--replay", str(out),
+         str(out), "--port", str(port), "--no-record"],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                assert time.monotonic() < deadline, "prism serve did not start"
+                time.sleep(0.2)
+        with openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0) as client:
+            resp = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+        msg = resp.choices[0].message
+        assert [(c.function.name, json.loads(c.function.arguments))
+                for c in msg.tool_calls or ()] == [CALL]
+        assert norm((msg.model_extra or {}).get("reasoning_content") or "") == case.reasoning
+        assert resp.choices[0].finish_reason == "tool_calls"
+        with anthropic.Anthropic(base_url=url, api_key="x", max_retries=0) as client:
+            message = client.messages.create(model="m", max_tokens=1024, messages=ASK,
+                                             tools=ANTHROPIC_TOOLS)
+        assert summary(blocks(message))[2] == [CALL]
+    finally:
+        proc.terminate()
+        proc.wait(10)
