@@ -29,8 +29,9 @@ the context the upstream reports (vLLM's `max_model_len`, llama.cpp's `/props`),
 A job whose `max_tokens` fills the rest of that context is sent with `max_tokens: null`
 ("until the context is full" on vLLM, llama.cpp and llama-cpp-python).
 
-Reachability: the thread probes `GET {base}/models` at start and every `PROBE_S` seconds;
-`load_error` holds why the last probe failed (None when it answered), and `/health` reports it.
+Reachability: the thread probes `GET {base}/models` at start and every `PROBE_S` seconds while
+no job is in flight (a job's own answer, or failure to connect, tells the rest); `load_error`
+holds why the last attempt failed (None when it answered), and `/health` reports it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Any
 import httpx
 
 from engine.base import Finish, Job, Timings, Token
+from engine.request import ChatRequest
 
 log = logging.getLogger("prism")
 
@@ -216,6 +218,9 @@ class UpstreamEngine:
             self._inflight.add(job)
         asyncio.run_coroutine_threadsafe(self._serve(job), self._loop)
 
+    def prepare(self, job: Job, request: ChatRequest) -> tuple[str, str] | None:
+        return None  # the upstream generates: parsed as the pack says (Engine.prepare)
+
     def tokenize(self, text: str) -> list[int]:
         # An estimate (see the module docstring); the ids mean nothing, only the count.
         return [0] * ((len(text.encode("utf-8")) + 3) // 4)
@@ -274,7 +279,11 @@ class UpstreamEngine:
 
     async def _probe_loop(self) -> None:
         while not self._closed:
-            await self.discover()
+            # Only while idle: a stream in flight already tells whether the upstream answers,
+            # and llama-cpp-python's server interrupts a running completion whenever another
+            # request (even GET /v1/models) comes in.
+            if not self._inflight:
+                await self.discover()
             self.ready.set()
             await asyncio.sleep(self._probe_s)
 
