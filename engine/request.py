@@ -84,3 +84,6 @@ class ChatRequest:
     api: str = "openai"
     model: str = ""
     add_generation_prompt: bool = True
+    # The last message is an assistant turn to continue (a prefill), not to close: Open WebUI's
+    # "Continue Response", Anthropic's prefill, vLLM's continue_final_message (issue 9, item 3).
+    continue_final: bool = False

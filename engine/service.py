@@ -192,6 +192,7 @@ class Service:
             tools=request.tools,
             add_generation_prompt=request.add_generation_prompt,
             enable_thinking=thinking,
+            continue_final=request.continue_final,
         )
         ms = (time.perf_counter() - t0) * 1000
         if ms > SLOW_RENDER_MS:  # a template that loops, or a huge history (issue 10, item 7)

@@ -20,6 +20,7 @@ fails the render instead of printing as an empty string; an inspector should say
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -170,10 +171,18 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         enable_thinking: bool | None = None,
         extra: dict | None = None,
+        continue_final: bool = False,
     ) -> str:
         """Render `messages` (repaired first) with OpenAI-shaped `tools`. `enable_thinking` is
         passed to the template only when set, so a template's own default applies otherwise;
-        `extra` adds template variables (e.g. `reasoning_effort`)."""
+        `extra` adds template variables (e.g. `reasoning_effort`).
+
+        `continue_final`: the last message is an assistant turn to continue, not to close (a
+        prefill: Anthropic's semantics, vLLM's `continue_final_message`). The conversation is
+        rendered whole and cut right after that turn's text, as transformers does, so the
+        prompt ends where the text ends (inside `<think>` when the prefill left it open). A
+        final turn with no text (or only reasoning the template does not show) is dropped
+        and a generation prompt added instead."""
         variables: dict[str, Any] = {
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
@@ -181,14 +190,26 @@ class ChatTemplate:
         }
         if enable_thinking is not None:
             variables["enable_thinking"] = enable_thinking
-        chat = [_template_message(m) for m in repair_history(messages)]
         # transformers passes tools=None, not [], when a request has none; templates such as
         # Llama 3.1's test `tools is not none`, so the difference shows in the prompt.
         tool_list = [dict(t) for t in tools] or None
+        messages = repair_history(messages)
+        if not continue_final or not messages or messages[-1].role != "assistant":
+            return self._render(messages, tool_list, add_generation_prompt, variables)
+        final = messages[-1]
+        text = final.content if final.content.strip() else (final.reasoning_content or "")
+        rendered = self._render(messages, tool_list, False, variables) if text.strip() else ""
+        if text.strip() and (text.strip() in rendered or final.content.strip()):
+            return _cut_after(rendered, text)
+        # Nothing to continue: no text, or reasoning alone that this template does not show.
+        return self._render(messages[:-1], tool_list, True, variables)
+
+    def _render(self, messages: Sequence[Message], tools: list[dict] | None,
+                add_generation_prompt: bool, variables: dict[str, Any]) -> str:
         try:
             return self._template.render(
-                messages=chat,
-                tools=tool_list,
+                messages=[_template_message(m) for m in messages],
+                tools=tools,
                 documents=None,
                 add_generation_prompt=add_generation_prompt,
                 **variables,
@@ -201,6 +222,33 @@ class ChatTemplate:
             raise TemplateError(f"chat template failed: {exc}") from exc
         except Exception as exc:  # a template can raise anything its expressions can (TypeError…)
             raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+
+    @functools.cached_property
+    def renders_tools(self) -> bool:
+        """Whether the template shows a request's tools to the model at all. ChatML as most
+        GGUFs carry it never renders `tools`: the model then cannot call anything, and nothing
+        says why (issue 9, item 4). Probed once, with one made-up tool."""
+        chat = (Message("user", "?"),)
+        probe = ({"type": "function", "function": {
+            "name": "prism_probe_tool", "description": "probe",
+            "parameters": {"type": "object", "properties": {}}}},)
+        try:
+            return "prism_probe_tool" in self.render(chat, tools=probe)
+        except TemplateError:
+            return True  # a template that cannot render this probe: do not claim anything
+
+
+def _cut_after(rendered: str, text: str) -> str:
+    """The rendered prompt cut right after the final turn's `text` (templates may strip its
+    leading or trailing whitespace, so the stripped text is looked for, last occurrence)."""
+    at = rendered.rfind(text.strip())
+    if at < 0:
+        raise TemplateError("chat template does not render the final assistant message's "
+                            "text, so it cannot be continued")
+    body = text.lstrip()
+    if rendered.startswith(body, at):  # the template kept its trailing whitespace: keep it too
+        return rendered[: at + len(body)]
+    return rendered[: at + len(text.strip())]
 
 
 def _template_message(message: Message) -> dict[str, Any]:

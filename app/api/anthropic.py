@@ -25,7 +25,15 @@ from fastapi.responses import JSONResponse
 from app.api import runs
 from app.api import tool_choice as choices
 from app.api.blocks import CLOSE, OPEN, TEXT, THINKING, Block, Blocks, Step, blocks_of
-from app.api.convert import Lenient, function_tool, read_body, sampling, stop_tuple, text_of
+from app.api.convert import (
+    Lenient,
+    continues,
+    function_tool,
+    read_body,
+    sampling,
+    stop_tuple,
+    text_of,
+)
 from app.api.errors import APIError, anthropic_error_body, from_exception
 from app.api.sse import dumps, event_lines, sse_response
 from app.api.state import get_state
@@ -142,8 +150,10 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
     tools = () if choice.mode == "none" else tuple(
         function_tool(t.name, t.description, t.input_schema) for t in body.tools or ()
     )
+    messages = convert_messages(body)
     return ChatRequest(
-        messages=convert_messages(body),
+        messages=messages,
+        continue_final=continues(messages),  # a trailing assistant turn is a prefill
         tools=tools,
         sampling=sampling(body.temperature, body.top_p, body.top_k),
         max_tokens=body.max_tokens,

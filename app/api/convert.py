@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.api.errors import APIError, validation_message
 from app.api.validate import NON_TEXT_PARTS, not_text, parse_json, schema_grammar
-from engine.request import Sampling
+from engine.request import Message, Sampling
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -124,6 +124,18 @@ def sampling(
         repeat_penalty=pick(repeat_penalty, _DEFAULT.repeat_penalty),
         seed=seed,
     )
+
+
+def continues(messages: tuple[Message, ...], asked: bool | None = None) -> bool:
+    """Whether the reply continues the final message instead of starting a new turn: the
+    last message is an assistant turn with text and no tool calls (a prefill), and the
+    client did not say otherwise (`asked` False). Clients that continue: Open WebUI's
+    "Continue Response", agents prefilling the answer, Anthropic's prefill (issue 9, item 3)."""
+    if asked is False or not messages:
+        return False
+    last = messages[-1]
+    return (last.role == "assistant" and not last.tool_calls
+            and bool(last.content.strip() or (last.reasoning_content or "").strip()))
 
 
 def stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:

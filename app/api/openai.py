@@ -25,6 +25,7 @@ from app.api import runs
 from app.api import tool_choice as choices
 from app.api.convert import (
     Lenient,
+    continues,
     decode_arguments,
     function_tool,
     json_schema_format,
@@ -102,6 +103,8 @@ class ChatBody(Lenient):
     reasoning_effort: str | None = None
     enable_thinking: bool | None = None
     response_format: dict | None = None
+    continue_final_message: bool | None = None  # vLLM
+    add_generation_prompt: bool | None = None  # vLLM, llama.cpp
 
 
 def convert_messages(body: ChatBody) -> tuple[Message, ...]:
@@ -159,8 +162,16 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
         grammar, thinking = json_schema_format(
             spec.get("schema") if isinstance(spec, dict) else None,
             "response_format.json_schema.schema", thinking)
+    messages = convert_messages(body)
+    # vLLM's continue_final_message, or llama.cpp's add_generation_prompt false; neither sent:
+    # a trailing assistant message is continued (llama.cpp's prefill).
+    asked = body.continue_final_message
+    if asked is None and body.add_generation_prompt is not None:
+        asked = not body.add_generation_prompt
     return ChatRequest(
-        messages=convert_messages(body),
+        messages=messages,
+        continue_final=continues(messages, asked),
+        add_generation_prompt=body.add_generation_prompt is not False,
         tools=tools,
         sampling=sampling(body.temperature, body.top_p, body.top_k, body.min_p,
                           body.repeat_penalty, body.seed),

@@ -34,6 +34,7 @@ from app.api.blocks import DELTA, OPEN, TEXT, THINKING, TOOL, Block, Blocks, Ste
 from app.api.convert import (
     Lenient,
     check_json_output,
+    continues,
     decode_arguments,
     function_tool,
     json_schema_format,
@@ -195,6 +196,7 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
         raise APIError("invalid_request", "'input' holds no message", param="input")
     return ChatRequest(
         messages=messages,
+        continue_final=continues(messages),  # a trailing assistant message is continued
         tools=tuple(tools),
         sampling=sampling(body.temperature, body.top_p, body.top_k, seed=body.seed),
         max_tokens=body.max_output_tokens,

@@ -199,3 +199,21 @@ def test_system_message_mid_conversation_as_blocks(serve):
     assert blocks(msg)[-1] == ("text", "Done.")
     prompt = live.last.prompt
     assert prompt.index("Sunny.") < prompt.index("Answer in French.") < prompt.index("tomorrow")
+
+
+def test_an_assistant_prefill_is_continued(serve):
+    # Anthropic's prefill: the reply continues the last assistant turn (issue 9, item 3).
+    live = serve(" Paris is sunny.", pack="smollm2")
+    msg = live.anthropic().messages.create(model="m", max_tokens=50, messages=[
+        *ASK, {"role": "assistant", "content": "Today in"}])
+    assert blocks(msg) == [("text", " Paris is sunny.")]
+    assert live.last.prompt.endswith("<|im_start|>assistant\nToday in")
+
+
+def test_a_prefill_open_in_thinking_streams_as_thinking(serve):
+    live = serve(" the forecast.\n</think>\n\nSunny.")
+    with live.anthropic().messages.stream(model="m", max_tokens=50, messages=[
+            *ASK, {"role": "assistant", "content": "<think>\nLet me check"}]) as stream:
+        final = stream.get_final_message()
+    assert live.last.start_state == "reasoning"
+    assert blocks(final) == [("thinking", " the forecast."), ("text", "Sunny.")]

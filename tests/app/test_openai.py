@@ -293,3 +293,53 @@ def test_a_call_that_fails_after_it_began_streaming_is_text_with_finish_stop(ser
     assert resp.choices[0].message.tool_calls is None
     assert resp.choices[0].finish_reason == streamed["finish"] == "stop"
     assert live.last.result.anomalies["malformed_call"] == 1
+
+
+# --- continuing a reply (issue 9, item 3) -------------------------------------------------
+
+PARTIAL = "Once upon a time, a queen was chosen by the king to be"
+STORY = [{"role": "user", "content": "Tell me a story."},
+         {"role": "assistant", "content": PARTIAL}]
+
+
+def test_open_webui_continue_response_continues_the_turn(serve):
+    # Open WebUI's "Continue Response" sends the partial reply as a trailing assistant
+    # message, without any field saying so: the reply continues it, the turn stays open.
+    live = serve(" the ruler of the north.", pack="smollm2")
+    reply = live.openai().chat.completions.create(model="m", messages=STORY)
+    assert reply.choices[0].message.content == " the ruler of the north."
+    assert live.last.prompt.endswith("<|im_start|>assistant\n" + PARTIAL)
+    assert live.last.start_state == "content"
+
+
+@pytest.mark.parametrize(("extra", "continued"), [
+    ({"continue_final_message": True, "add_generation_prompt": False}, True),  # vLLM
+    ({"add_generation_prompt": False}, True),  # llama.cpp
+    ({"continue_final_message": False}, False),
+])
+def test_continue_fields(serve, extra, continued):
+    live = serve(" the end.", pack="smollm2")
+    live.openai().chat.completions.create(model="m", messages=STORY, extra_body=extra)
+    prompt = live.last.prompt
+    assert prompt.endswith(PARTIAL) is continued
+    if not continued:  # the turn was closed and a new one opened
+        assert prompt.endswith(PARTIAL + "<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_prefill_inside_thinking_continues_in_reasoning(serve):
+    live = serve(" the weather first.\n</think>\n\nSunny.")
+    messages = [*ASK, {"role": "assistant", "content": "<think>\nI should check"}]
+    reply = live.openai().chat.completions.create(model="m", messages=messages)
+    msg = reply.choices[0].message
+    assert live.last.start_state == "reasoning"
+    assert msg.model_extra["reasoning_content"] == " the weather first."
+    assert msg.content == "Sunny."
+
+
+def test_a_trailing_assistant_call_is_not_continued(serve):
+    live = serve("Done.\n</think>\n\nok")
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    messages = [*ASK, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    live.openai().chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    assert not live.last.request.continue_final

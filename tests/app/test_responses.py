@@ -9,7 +9,7 @@ import json
 import openai
 import pytest
 
-from tests.app.conftest import TOOLS, oracle, xml_call
+from tests.app.conftest import TOOLS, captured, oracle, sdk_kwargs, xml_call
 from tests.app.test_openai import CASES
 
 RESP_TOOLS = [{"type": "function", "name": t["function"]["name"],
@@ -152,3 +152,29 @@ def test_chat_shaped_tools_are_accepted(serve):
     call = next(i for i in resp.output if i.type == "function_call")
     assert call.name == "search" and json.loads(call.arguments) == {"query": "tides"}
     assert [t["function"]["name"] for t in live.last.request.tools] == ["get_weather", "search"]
+
+
+def test_a_trailing_assistant_message_is_continued(serve):
+    live = serve(" of the north.", pack="smollm2")
+    resp = live.openai().responses.create(model="m", input=[
+        {"role": "user", "content": "Tell me a story."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "The queen"}]}])
+    assert items(resp.output) == [("message", " of the north.")]
+    assert live.last.prompt.endswith("<|im_start|>assistant\nThe queen")
+
+
+def test_codex_first_request_through_the_sdk(serve):
+    # Codex's real first request: developer messages, namespace and web_search tools (no
+    # local implementation: skipped), reasoning settings, include, client_metadata.
+    cap = captured("codex")
+    live = serve("Plan.\n</think>\n\n" + xml_call("exec_command", cmd="touch proof.txt"))
+    create = live.openai().responses.create
+    events = list(create(**sdk_kwargs(create, cap["body"])))
+    done = events[-1].response
+    assert done.status == "completed"
+    (call,) = [i for i in done.output if i.type == "function_call"]
+    assert call.name == "exec_command" and json.loads(call.arguments)["cmd"] == "touch proof.txt"
+    names = [t["function"]["name"] for t in live.last.request.tools]
+    assert "exec_command" in names and "multi_agent_v1" not in names
+    assert live.last.prompt.index("You are a coding agent") < live.last.prompt.index(
+        "Create proof.txt")

@@ -229,3 +229,56 @@ def test_qwen_templates_repair_in_jinja_like_python(name, hist, monkeypatch):
     monkeypatch.setattr(template_mod, "repair_history", tuple)  # the template alone
     assert tmpl.render(hist, add_generation_prompt=False) == repaired
     assert tmpl.render(repair_history(hist), add_generation_prompt=False) == repaired
+
+
+# --- continuing the final message (issue 9, item 3) ---------------------------------------
+
+STORY = (Message("user", "Tell me a story."),)
+
+
+def _chatml() -> ChatTemplate:
+    return ChatTemplate((TEMPLATES / "chatml.jinja").read_text(encoding="utf-8"))
+
+
+def test_continue_final_cuts_after_the_prefill():
+    t = _chatml()
+    prefill = Message("assistant", "Once upon a time ")
+    closed = t.render((*STORY, prefill))
+    continued = t.render((*STORY, prefill), continue_final=True)
+    assert closed.endswith("Once upon a time <|im_end|>\n<|im_start|>assistant\n")
+    assert continued.endswith("<|im_start|>assistant\nOnce upon a time ")
+    assert closed.startswith(continued.rstrip())
+
+
+def test_continue_final_inside_thinking_starts_in_reasoning():
+    t = ChatTemplate((TEMPLATES / "qwen3_xml.jinja").read_text(encoding="utf-8"))
+    for prefill in (Message("assistant", "<think>\nThe user wants"),
+                    Message("assistant", "", reasoning_content="The user wants")):
+        prompt = t.render((*STORY, prefill), continue_final=True)
+        assert prompt.endswith("The user wants") and start_state(prompt) == "reasoning"
+    done = t.render((*STORY, Message("assistant", "It was ", reasoning_content="Plan.")),
+                    continue_final=True)
+    assert done.endswith("</think>\n\nIt was ") and start_state(done) == "content"
+
+
+def test_nothing_to_continue_opens_a_new_turn():
+    t = _chatml()
+    fresh = t.render(STORY)
+    assert t.render((*STORY, Message("assistant", "")), continue_final=True) == fresh
+    # chatml.jinja does not show reasoning: a reasoning-only prefill cannot be continued.
+    hidden = Message("assistant", "", reasoning_content="thinking")
+    assert t.render((*STORY, hidden), continue_final=True) == fresh
+    assert t.render(STORY, continue_final=True) == fresh  # no assistant turn at the end
+
+
+def test_a_template_that_drops_the_text_cannot_continue_it():
+    t = ChatTemplate("{% for m in messages %}{{ m.role }};{% endfor %}")
+    with pytest.raises(TemplateError, match="cannot be continued"):
+        t.render((*STORY, Message("assistant", "Hello")), continue_final=True)
+
+
+def test_renders_tools():
+    assert _chatml().renders_tools
+    plain = ChatTemplate("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                         "<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+    assert not plain.renders_tools
