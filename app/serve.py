@@ -98,7 +98,6 @@ def run(args: argparse.Namespace) -> int:
         max_queue=args.upstream_max_inflight if args.upstream else args.max_queue,
         model_name=args.model_name or (service.engine.name if args.upstream else ""),
         max_tokens=args.max_tokens,
-        tap=args.tap,
     )
     state = AppState(service=service, config=config)
     # --log-level debug also shows llama.cpp's own lines (logger "prism.llama").

@@ -63,8 +63,8 @@ def create_app(state: AppState) -> FastAPI:
     # A client that left before its non-streamed reply: its job is cancelled, nobody reads.
     app.add_exception_handler(
         runs.ClientGone, lambda request, exc: JSONResponse({}, status_code=499))
-    if state.config.tap:  # first, so its chat routes take the place of Prism's own
-        app.include_router(tap.router)
+    if isinstance(state.service.engine, tap.TapEngine):  # --tap: first, so its chat routes
+        app.include_router(tap.router)  # take the place of Prism's own
     for module in (openai, anthropic, responses, completions, metrics_api):
         app.include_router(module.router)
     app.add_api_route("/health", health, methods=["GET"])

@@ -27,7 +27,6 @@ class ServerConfig:
     max_tokens: int | None = None  # --max-tokens: cap and default of every reply's length
     allowed_hosts: tuple[str, ...] = ()  # Host names served besides the bound address
     cors_origins: tuple[str, ...] = ()  # web origins allowed to call (CORS); none by default
-    tap: bool = False  # --tap: chat APIs forwarded to the upstream as they are (app/api/tap.py)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """`prism serve --upstream URL --tap`: pass-through mode, to audit a remote server's own parsing.
 
 Owns `TapEngine`, `Relay` and the routes that replace Prism's own for POST /v1/chat/completions,
-/v1/messages and /v1/responses while `ServerConfig.tap` is set. Each request goes to the same
+/v1/messages and /v1/responses when the service's engine is a `TapEngine` (app/upstream.py
+makes one for `--tap`; the window's server gets the same routes). Each request goes to the same
 path on the upstream byte for byte (headers too, less hop-by-hop ones; the upstream key, when
 Prism has one, replaces the caller's), and the upstream's answer comes back byte for byte, status
 and headers included, as it streams. Meanwhile Prism reads that answer (app/api/tap_readers.py),
@@ -85,6 +86,9 @@ class TapEngine:
             yield claimed
         finally:
             self._claims.jobs = None
+
+    def prepare(self, job: Job, request: ChatRequest) -> tuple[str, str] | None:
+        return self.upstream.prepare(job, request)
 
     def tokenize(self, text: str) -> list[int]:
         return self.upstream.tokenize(text)

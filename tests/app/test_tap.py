@@ -51,7 +51,7 @@ def tap(tmp_path: Path) -> Callable[..., Live]:
                             pack=pack, upstream=engine.base)
         service = Service(engine, resolve_pack(pack, require_model=False),
                           metrics=Metrics(engine), recorder=recorder)
-        state = AppState(service=service, config=ServerConfig(tap=True, **config))
+        state = AppState(service=service, config=ServerConfig(**config))
         live = Live(ServerThread(state).start(), state)
         service.add_listener(lambda u: live.runs.append(u.run) if u.kind == "start" else None)
         started.append((live, engine, recorder))
