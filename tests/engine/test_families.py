@@ -111,6 +111,24 @@ def test_a_gguf_template_names_its_family_and_the_log_says_why(tmp_path, caplog)
     assert pack.thinking
 
 
+@pytest.mark.parametrize("fam", FAMILIES, ids=[f.dialect for f in FAMILIES])
+def test_each_family_gguf_is_detected_from_its_template_or_architecture(fam, tmp_path):
+    spec = builtin_packs()[fam.pack]
+    template = (TEMPLATES / spec.template).read_text(encoding="utf-8")
+    want = fam.dialect if fam.dialect in dialects.NAMES else "auto"
+    pack = pack_from_gguf(write_gguf(tmp_path / "own.gguf", {
+        "general.architecture": "x", "tokenizer.chat_template": template}))
+    assert (pack.dialect, pack.thinking) == (want, fam.thinking)
+    assert f"from {detect(template).marker!r}" in pack.dialect_origin
+    assert pack.stop[: len(fam.stop)] == fam.stop
+    # no template in the GGUF: its architecture picks the family's shipped one, where known
+    arch = {"harmony": "gpt-oss", "glm": "glm4moe", "minimax-xml": "minimax-m2",
+            "gemma4": "gemma4"}.get(fam.dialect)
+    if arch is not None:
+        bare = pack_from_gguf(write_gguf(tmp_path / "bare.gguf", {"general.architecture": arch}))
+        assert bare.template == template and bare.dialect == want
+
+
 def test_dialect_flag_overrides_the_template(tmp_path):
     gguf = _gguf(tmp_path, HARMONY_TEMPLATE)
     pack = resolve_pack(model=str(gguf), dialect="hermes-json")
