@@ -34,7 +34,11 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dialect", choices=dialects.NAMES, help="the tool-call dialect to parse "
                    "(default: the pack's, or the family detected from the GGUF's chat template)")
     p.add_argument("--replay", nargs="+", metavar="FILE", help="serve recorded sessions or "
-                   "plain-text model outputs instead of a model (each request takes the next)")
+                   "plain-text model outputs instead of a model (a recorded request answers the "
+                   "request with its conversation; plain text goes to each request in turn)")
+    p.add_argument("--replay-tools-only", action="store_true", help="plain-text replay outputs "
+                   "go only to requests that declare tools (not, say, Open WebUI's title "
+                   "requests)")
     p.add_argument("--replay-speed", type=float, default=0.0,
                    help="replay pace: 0 instant (default), 1 as recorded, N for N× faster")
     p.add_argument("--n-ctx", type=int, default=None,
@@ -92,7 +96,8 @@ def build_service(args: argparse.Namespace) -> Service:
     elif args.replay:
         from engine.replay import ReplayEngine
 
-        engine = ReplayEngine([Path(f) for f in args.replay], speed=args.replay_speed)
+        engine = ReplayEngine([Path(f) for f in args.replay], speed=args.replay_speed,
+                              tools_only=args.replay_tools_only)
     else:
         from engine.llama import LlamaEngine
 

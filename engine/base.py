@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.request import Sampling
+from engine.request import ChatRequest, Sampling
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +88,13 @@ class Engine(Protocol):
     state: str  # "loading" | "idle" | "generating" | "error" | "closed"
 
     def submit(self, job: Job) -> None: ...
+
+    def prepare(self, job: Job, request: ChatRequest) -> tuple[str, str] | None:
+        """Called by the service before `submit`, with the request the job answers. An engine
+        that plays recorded outputs (engine/replay.py) chooses the job's output here and
+        returns the (start state, dialect) it was recorded with, so it is parsed as it was
+        live ("" dialect: the pack's); an engine that generates returns None."""
+        ...
 
     def tokenize(self, text: str) -> list[int]: ...
 

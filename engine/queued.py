@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.base import Finish, Job, Timings, Token
+from engine.request import ChatRequest
 
 log = logging.getLogger("prism")
 
@@ -138,6 +139,10 @@ class QueuedEngine:
             self._waiting.append(job)
             self._cond.notify()
 
+    def prepare(self, job: Job, request: ChatRequest) -> tuple[str, str] | None:
+        """A new output is parsed as the service's pack says (see `Engine.prepare`)."""
+        return None
+
     def queue_depth(self) -> int:
         """Jobs waiting for the model; running ones and cancelled ones are not counted."""
         with self._cond:
@@ -178,10 +183,10 @@ class QueuedEngine:
 
     def _finish(
         self, job: Job, reason: str, timings: Timings, error: str | None = None,
-        stop_sequence: str | None = None,
+        stop_sequence: str | None = None, status: int | None = None,
     ) -> None:
         self._finished.add(id(job))
-        job.on_finish(Finish(reason, timings, error, stop_sequence))
+        job.on_finish(Finish(reason, timings, error, stop_sequence, status))
 
     def _take(self, block: bool = True) -> Job | None:
         """The next waiting job, now marked running; None once closed (or, without `block`,

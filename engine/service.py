@@ -76,14 +76,14 @@ class Run:
     """
 
     def __init__(self, service: Service, request: ChatRequest, prompt: str, start: str,
-                 prompt_tokens: int) -> None:
+                 prompt_tokens: int, dialect: str) -> None:
         self.id = f"req-{next(_ids)}-{secrets.token_hex(3)}"
         self.request = request
         self.prompt = prompt
         self.start_state = start
         self.prompt_tokens = prompt_tokens
         self.created = time.time()
-        self.parser = OutputParser(start=start, dialect=service.pack.dialect,
+        self.parser = OutputParser(start=start, dialect=dialect,
                                    tools=request.tools, stream_tools=request.stream_tools)
         self.pipeline = TokenPipeline(self.id, self.parser, metrics=service.metrics,
                                       recorder=service.recorder)
@@ -212,17 +212,21 @@ class Service:
         n_ctx = self.engine.n_ctx
         if n_prompt >= n_ctx:  # only a prompt that does not fit is refused
             raise ContextOverflow(n_ctx, n_prompt, request.max_tokens)
-        run = Run(self, request, prompt, start_state(prompt, self.pack.dialect), n_prompt)
         # What remains of the context caps the reply (it ends with "length" there), whatever
         # max_tokens asked: Claude Code sends 32000 or 64000 (issue 9, item 5).
         max_tokens = min(request.max_tokens or n_ctx, n_ctx - n_prompt)
         job = Job(
             prompt=prompt, prompt_ids=tuple(ids), max_tokens=max_tokens,
             sampling=request.sampling, stop=request.stop,
-            grammar=tool_grammar.request_grammar(request, self.pack.dialect, run.start_state),
             top_logprobs=request.top_logprobs,
             submitted_at=time.perf_counter(),
         )
+        # A replayed output is parsed as it was when recorded (engine/replay.py), a new one as
+        # the pack's template and dialect say.
+        start, dialect = (self.engine.prepare(job, request)
+                          or (start_state(prompt, self.pack.dialect), ""))
+        run = Run(self, request, prompt, start, n_prompt, dialect or self.pack.dialect)
+        job.grammar = tool_grammar.request_grammar(request, self.pack.dialect, run.start_state)
         job.on_token = lambda tok: self._on_token(run, tok)
         job.on_finish = lambda fin: self._on_finish(run, fin)
         run.job = job
@@ -230,7 +234,7 @@ class Service:
             self.recorder.request(
                 run.id, request, prompt, start_state=run.start_state, api=request.api,
                 stream_tools=request.stream_tools, tools=request.tools, t0=job.submitted_at,
-                dialect=self.pack.dialect,
+                dialect=run.parser.dialect,
             )
         # Counted only once nothing about the request can fail any more: a request the
         # recorder refused must not stay "running" in the metrics (issue 10, item 5).

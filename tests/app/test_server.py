@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from engine.base import Token
+from engine.base import Finish, Timings, Token
 from engine.recording import Recorder
 from engine.request import ChatRequest, Message
 from tests.app.conftest import captured, sdk_kwargs
@@ -222,16 +222,31 @@ def test_queue_limit_is_429_with_retry_after(serve):
 # --- errors after the stream began, disconnects -----------------------------------------------
 
 
-@pytest.fixture
-def broken_recording(tmp_path):
-    """A recording whose request never finished: replayed, it streams then fails."""
-    path = tmp_path / "broken.jsonl"
+def recording_of(path, finish: Finish | None):
+    """A recorded request that streamed a little, then ended with `finish` (None: the file ends
+    there, as when a crash cut the request off)."""
     rec = Recorder(path, model="broken", pack="qwen3-xml")
-    rec.request("r1", ChatRequest(messages=(Message("user", "hi"),)), "prompt")
+    rec.request("r1", ChatRequest(messages=(Message("user", "hi"),)), "prompt",
+                start_state="reasoning")
     for i, text in enumerate(["Half", " a", " thought", "\n</think>\n\n", "Partial", " answer"]):
         rec.token("r1", i, Token(i, text, time.perf_counter()))
+    if finish is not None:
+        rec.finish("r1", finish)
     rec.close()
     return path
+
+
+@pytest.fixture
+def broken_recording(tmp_path):
+    """A recording whose request failed after streaming: replayed, it streams then fails."""
+    return recording_of(tmp_path / "broken.jsonl", Finish("error", Timings(), "model crashed"))
+
+
+def test_a_request_a_crash_cut_off_replays_what_was_recorded(serve, tmp_path):
+    live = serve(recording_of(tmp_path / "cut.jsonl", None))
+    reply = live.openai().chat.completions.create(model="m", messages=ASK)
+    assert reply.choices[0].message.content == "Partial answer"
+    assert reply.choices[0].finish_reason == "length"  # not a 500 (issue 10, item 9)
 
 
 def test_error_after_streaming_began_is_a_final_error_event(serve, broken_recording):

@@ -103,6 +103,38 @@ def test_replay_of_a_recording_reproduces_the_events(svc, replay_service):
     assert [t.text for t in again.tokens] == [t.text for t in first.tokens]
 
 
+HERMES_ANSWER = ('It is sunny.\n<tool_call>\n{"name": "get_weather", "arguments": '
+                 '{"city": "Paris"}}\n</tool_call>')
+
+
+def test_a_recording_replays_with_its_own_start_state_and_dialect(replay_service):
+    recording = replay_service(HERMES_ANSWER, pack="qwen3-hermes", record=True)
+    live = recording.submit(ask(thinking=False))
+    live.wait(5)
+    recording.recorder.close()
+    assert (live.start_state, live.parser.dialect) == ("content", "hermes-json")
+    # Replayed through a pack whose template opens <think> and whose calls are Qwen XML: the
+    # output is still read as it was live (issue 10, item 9).
+    again = replay_service(recording.recorder.path, pack="qwen3-xml").submit(ask())
+    res = again.wait(5)
+    assert (again.start_state, again.parser.dialect) == ("content", "hermes-json")
+    assert (res.reasoning, res.content) == ("", "It is sunny.")
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [("get_weather", {"city": "Paris"})]
+    session = read_session(recording.recorder.path)
+    assert session.requests[0].dialect == "hermes-json"
+
+
+def test_a_request_the_recording_does_not_hold_fails_clearly(svc, replay_service):
+    svc.submit(ask()).wait(5)
+    svc.recorder.close()
+    replay = replay_service(svc.recorder.path)
+    run = replay.submit(ask("Something else entirely?"))
+    run.wait(5)
+    assert run.tokens == [] and (run.finish.reason, run.finish.status) == ("error", 400)
+    assert "no recorded request" in run.finish.error
+    assert replay.submit(ask()).wait(5).tool_calls  # the recorded one still plays
+
+
 # --- the real engine on the default model -------------------------------------------------------
 
 GRAMMAR = r'''
