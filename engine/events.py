@@ -57,12 +57,16 @@ _MERGEABLE = frozenset({REASONING, CONTENT, MARKUP, TOOL_ARGS})
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One complete tool call. `arguments` is the parsed object; `arguments_json` is exactly
-    `json.dumps(arguments)`, the string the OpenAI dialect sends."""
+    `json.dumps(arguments)`, the string the OpenAI dialect sends. `raw` is the call as the model
+    wrote it (tags and the newlines before them included) and `origin` the channel it stood in:
+    what a client that declared no tools gets instead of the call (`as_text`)."""
 
     id: str
     name: str
     arguments: dict
     index: int
+    raw: str = ""
+    origin: str = CONTENT
 
     @property
     def arguments_json(self) -> str:
@@ -173,6 +177,37 @@ def merge(events: Iterable[Event]) -> list[Event]:
                 continue
         out.append(ev)
     return out
+
+
+class CallsAsText:
+    """The events a client that declared no tools receives (the server's decision; the parser
+    and the inspector still see the call). Each complete call becomes text in the channel it
+    stood in: its raw text, with the newlines after it that the call's tag took; the streamed
+    `tool_start` / `tool_args` are dropped (a call that then failed already comes back as text).
+    Anomalies pass through, so `unknown_tool` is still counted. Feed events in order; one
+    instance per reply."""
+
+    def __init__(self) -> None:
+        self._after: str | None = None  # the channel of the call just turned into text
+
+    def feed(self, ev: Event) -> list[Event]:
+        k = ev.kind
+        if k in (TOOL_START, TOOL_ARGS):
+            return []
+        if k == TOOL_CALL and ev.call is not None:
+            call, end = ev.call, ev.span[1]
+            self._after = call.origin
+            return [Event(call.origin, call.raw, (end - len(call.raw), end))]
+        if k == MARKUP and self._after == CONTENT and not ev.text.strip("\n"):
+            return [Event(CONTENT, ev.text, ev.span)]
+        self._after = None
+        return [ev]
+
+
+def calls_as_text(events: Iterable[Event]) -> list[Event]:
+    """A whole event list through `CallsAsText`."""
+    f = CallsAsText()
+    return [out for ev in events for out in f.feed(ev)]
 
 
 def result_of(events: Iterable[Event], finish_reason: str = "stop") -> ParseResult:

@@ -13,7 +13,9 @@ The rules (docs/design.md, section 4 "The parser", which gives the reasoning beh
    start of the reasoning or right after `\\n`, outside a ``` / ~~~ fence, and when the
    dialect's opener follows after whitespace. Undecided text is held back. A call opened this
    way that never completes goes back to reasoning, verbatim.
-4. In content, `<tool_call>` + opener starts a call unless inside a fence or inline backticks.
+4. In content, `<tool_call>` + opener starts a call unless inside a fence or inline backticks;
+   so does a bare `<function=` (Qwen XML) at a line start, a `repaired_call` if it completes.
+   Calls that needed repairs (engine/dialects) count `repaired_call` once, naming them.
 5. A stray `</think>` in content is dropped (anomaly) and the answer streams on.
 6. Only a suffix that could still become a tag (or an opener after one) is held; decided text
    is never rescanned, so cost is linear.
@@ -39,6 +41,7 @@ import secrets
 from enum import Enum
 
 from engine import dialects
+from engine.dialects import qwen_xml
 from engine.dialects.common import FULL, PREFIX, match_literal, skip_ws, tool_schemas
 from engine.events import (
     ANOMALY,
@@ -47,6 +50,7 @@ from engine.events import (
     MALFORMED_CALL,
     MARKUP,
     REASONING,
+    REPAIRED_CALL,
     STRAY_THINK_END,
     TOOL_ARGS,
     TOOL_CALL,
@@ -57,11 +61,12 @@ from engine.events import (
     ToolCall,
 )
 from engine.quoting import Quoting
-from engine.tags import CALL_OPEN, THINK_CLOSE, THINK_OPEN
+from engine.tags import CALL_OPEN
 
-_SPECIAL = re.compile(r"[<\n`]")
+_SPECIAL = re.compile(r"[<\n`]")  # what the <think> families' scan stops at
 _MAX_NL = 16  # at most this many newlines before a tag belong to it (bounded hold-back)
 _WINDOW = 4096  # a call body is fed in windows so a huge chunk is never copied per call
+NO_CALL_OPEN = "no <tool_call>"  # the repair of a bare `<function=` call (repaired_call's text)
 
 
 class Tag(Enum):
@@ -86,6 +91,7 @@ class OutputParser:
         tools=(),
         stream_tools: bool = False,
         id_prefix: str | None = None,
+        tools_declared: bool = False,
     ) -> None:
         if start not in (REASONING, CONTENT):
             raise ValueError(f"start must be 'reasoning' or 'content', not {start!r}")
@@ -93,7 +99,17 @@ class OutputParser:
             raise ValueError(f"dialect must be one of {', '.join(dialects.NAMES)}")
         self.dialect = dialect
         self.stream_tools = stream_tools
+        # The family's tags; the scan stops at their first characters, newlines and backticks.
+        self._mk = mk = dialects.markers(dialect)
+        self._starts = mk.starts()
+        self._special = (
+            _SPECIAL if self._starts == "<"
+            else re.compile("[" + re.escape(self._starts) + "\n`]")
+        )
         self._schemas = tool_schemas(tools)
+        # `tools` is all the request offered (the server's requests), even when it is empty:
+        # then a call to any tool is `unknown_tool`. False when nothing is known (prism parse).
+        self._tools_declared = tools_declared
         self._prefix = secrets.token_hex(4) if id_prefix is None else id_prefix
         self._out: list[Event] = []
         self._plain = False  # the fast path of feed() applies (see feed)
@@ -108,6 +124,9 @@ class OutputParser:
         self._nl_from = -1  # index in _buf where a held run of newlines starts (-1: none)
         self._eat_nl = False  # newlines right after a tag belong to it
         self._md = Quoting()  # fences, inline code, line start
+        # The line above ended inside an inline code span (Markdown lets one run over a line
+        # end): a bare `<function=` right under it is the rest of that quoted markup.
+        self._code_above = False
         self._handoff: tuple[str, int, int] | None = None  # a call's body, set with Tag.CALL
         # call state
         self._call = None
@@ -137,7 +156,7 @@ class OutputParser:
     def feed(self, text: str) -> list[Event]:
         # Fast path: plain text and nothing held, the common per-token case. `_plain` is
         # recomputed after every slow feed; plain text cannot change any of its conditions.
-        if self._plain and _SPECIAL.search(text) is None:
+        if self._plain and self._special.search(text) is None:
             pos = self._total
             end = self._total = pos + len(text)
             return [Event(self._chan, text, (pos, end))] if text else []
@@ -201,6 +220,7 @@ class OutputParser:
     def _reset_md(self, line_start: bool) -> None:
         self._md.reset(line_start)
         self._nl_from = -1
+        self._code_above = False
 
     # -- text states -----------------------------------------------------------------------
 
@@ -212,6 +232,7 @@ class OutputParser:
         i = self._scan
         chan = self._chan
         md = self._md
+        starts, special = self._starts, self._special
         while i < n:
             c = buf[i]
             if self._at_start:
@@ -221,6 +242,8 @@ class OutputParser:
                 i, chan = j, self._chan
                 continue
             if c == "\n":
+                # An open span: one not closed by the backticks just read, if any.
+                self._code_above = bool(md.tick or md.tick_run) and md.tick != md.tick_run
                 md.newline()
                 if self._eat_nl:  # the newlines after a tag go with it
                     j = i
@@ -238,7 +261,7 @@ class OutputParser:
                 i += 1
                 continue
             self._eat_nl = False
-            if c == "<":
+            if c in starts:
                 md.before_tag()
                 act = self._tag(buf, i, eof)
                 if act is _HOLD:
@@ -262,7 +285,7 @@ class OutputParser:
                 i += 1
                 continue
             # Ordinary text: skip to the next character that can matter.
-            m = _SPECIAL.search(buf, i + 1)
+            m = special.search(buf, i + 1)
             j = m.start() if m else n
             if md.frun >= 3:
                 md.text(buf[i:j])
@@ -286,12 +309,13 @@ class OutputParser:
         c = buf[i]
         if c in " \t\r\n":
             return i + 1
-        if c == "<":
-            m = match_literal(buf, i, THINK_OPEN)
+        opener = self._mk.think_open
+        if opener and c == opener[0]:
+            m = match_literal(buf, i, opener)
             if m == PREFIX and not eof:
                 return -1
             if m == FULL:
-                end = i + len(THINK_OPEN)
+                end = i + len(opener)
                 self._text(MARKUP, self._emit_from, end)
                 self._emit_from = end
                 self._chan = REASONING
@@ -308,45 +332,100 @@ class OutputParser:
         chan = self._chan
         md = self._md
         quoted = md.fence is not None or (chan == CONTENT and md.tick > 0)  # md.quoted()
+        mk = self._mk
         undecided = False
-        if chan == REASONING or not quoted:
-            m = match_literal(buf, i, THINK_CLOSE)
+        close = mk.think_close
+        if close and (chan == REASONING or not quoted):
+            m = match_literal(buf, i, close)
             if m == FULL:
                 self._think_close(i)
                 return _TAG
             undecided = m == PREFIX
         if not quoted and (chan == CONTENT or md.line_start):
-            m = match_literal(buf, i, CALL_OPEN)
-            if m == FULL:
-                j = skip_ws(buf, i + len(CALL_OPEN))
-                if j == len(buf):
+            for opener in mk.calls:
+                m = match_literal(buf, i, opener)
+                if m == FULL:
+                    j = skip_ws(buf, i + len(opener))
+                    if j == len(buf):
+                        undecided = True
+                    elif j >= 0:
+                        found, mod = dialects.opener_dialect(self.dialect, buf, j)
+                        if found == FULL:
+                            self._handoff = self._open_call(i, mod, opener=opener)
+                            return _CALL
+                        undecided = undecided or found == PREFIX
+                elif m == PREFIX:
                     undecided = True
-                elif j >= 0:
-                    found, mod = dialects.opener_dialect(self.dialect, buf, j)
-                    if found == FULL:
-                        self._handoff = self._open_call(i, mod)
-                        return _CALL
-                    undecided = undecided or found == PREFIX
-            elif m == PREFIX:
-                undecided = True
+            if (chan == CONTENT and md.line_start and not self._code_above
+                    and self.dialect in ("auto", qwen_xml.NAME)):
+                # A bare `<function=` at a line start in the answer: the Qwen3-Coder family
+                # sometimes skips `<tool_call>` (issue 11); repaired if its body is a call.
+                m = qwen_xml.match_opener(buf, i)
+                if m == FULL:
+                    self._handoff = self._open_call(i, qwen_xml, bare=True)
+                    return _CALL
+                undecided = undecided or m == PREFIX
+        if undecided and not eof:
+            return _HOLD
+        if chan == CONTENT and not quoted and (mk.markup or mk.reopen):
+            return self._frame_tag(buf, i, eof)
+        return _TEXT
+
+    def _frame_tag(self, buf: str, i: int, eof: bool) -> Tag:
+        """In the answer, a family's message-frame tag (Harmony's `<|start|>assistant`,
+        `<|channel|>final<|message|>`, ...) is markup; its reasoning opener re-enters the
+        reasoning. Tried only once no call or closer can start here."""
+        mk = self._mk
+        undecided = False
+        if mk.reopen:
+            m = match_literal(buf, i, mk.think_open)
+            if m == FULL:
+                end = i + len(mk.think_open)
+                self._text(CONTENT, self._emit_from, i)
+                self._text(MARKUP, i, end)
+                self._emit_from = end
+                self._chan = REASONING
+                self._eat_nl = True
+                self._reset_md(line_start=True)
+                return _TAG
+            undecided = m == PREFIX
+        for tag in mk.markup:
+            m = match_literal(buf, i, tag)
+            if m == FULL and not undecided:
+                end = i + len(tag)
+                self._text(CONTENT, self._emit_from, i)
+                self._text(MARKUP, i, end)
+                self._emit_from = end
+                self._nl_from = -1
+                self._md.line_start = True  # a frame tag begins a message
+                self._eat_nl = True
+                return _TAG
+            undecided = undecided or m == PREFIX
         if undecided and not eof:
             return _HOLD
         return _TEXT
 
     def _think_close(self, i: int) -> None:
-        end = i + len(THINK_CLOSE)
+        close = self._mk.think_close
+        end = i + len(close)
         if self._chan == REASONING:
             start = self._nl_from if self._nl_from >= 0 else i
             self._text(REASONING, self._emit_from, start)
             self._text(MARKUP, start, end)
             self._chan = CONTENT
             self._reset_md(line_start=False)
+        elif close in self._mk.markup:
+            # The family's closer also ends its answer messages (Harmony's `<|end|>`): markup.
+            self._text(CONTENT, self._emit_from, i)
+            self._text(MARKUP, i, end)
+            self._nl_from = -1
+            self._md.line_start = True
         else:
             # Stray </think> in the answer (rule 5): drop it, keep streaming. The newlines
             # before it stay answer text; those after it go with the dropped tag.
             self._text(CONTENT, self._emit_from, i)
             b = self._base
-            self._out.append(Event(ANOMALY, THINK_CLOSE, (b + i, b + end), anomaly=STRAY_THINK_END))
+            self._out.append(Event(ANOMALY, close, (b + i, b + end), anomaly=STRAY_THINK_END))
             self._nl_from = -1
             self._md.line_start = False
         self._emit_from = end
@@ -354,12 +433,16 @@ class OutputParser:
 
     # -- calls -----------------------------------------------------------------------------
 
-    def _open_call(self, i: int, mod) -> tuple[str, int, int]:
+    def _open_call(
+        self, i: int, mod, bare: bool = False, opener: str = CALL_OPEN
+    ) -> tuple[str, int, int]:
         start = self._nl_from if self._nl_from >= 0 else i
         self._text(self._chan, self._emit_from, start)
-        body = i + len(CALL_OPEN)
+        body = i if bare else i + len(opener)  # a bare call's body is all of it
         b = self._base
         self._call = mod.CallParser(self._schemas, self.stream_tools)
+        if bare:
+            self._call.repaired(NO_CALL_OPEN)
         self._call_origin = self._chan
         self._call_prefix = self._buf[start:body]
         self._call_start = self._emitted = b + start
@@ -417,13 +500,17 @@ class OutputParser:
         idx, cid = self._call_index, self._call_id()
         end = self._body_start + call.end
         here = self._emitted
-        if self._schemas and call.name not in self._schemas:
+        if (self._schemas or self._tools_declared) and call.name not in self._schemas:
             self._out.append(Event(ANOMALY, call.name, (here, here), anomaly=UNKNOWN_TOOL,
                                    index=idx, call_id=cid))
         if self._call_origin == REASONING:
             self._out.append(Event(ANOMALY, call.name, (here, here),
                                    anomaly=IMPLICIT_REASONING_END, index=idx, call_id=cid))
-        tc = ToolCall(cid, call.name, call.arguments, idx)
+        if call.repairs:  # nothing repaired silently: the anomaly's text names the repairs
+            self._out.append(Event(ANOMALY, ", ".join(call.repairs), (here, here),
+                                   anomaly=REPAIRED_CALL, index=idx, call_id=cid))
+        raw = self._call_prefix + "".join(self._body)[: call.end]
+        tc = ToolCall(cid, call.name, call.arguments, idx, raw, self._call_origin)
         self._out.append(Event(TOOL_CALL, call.name, (here, end), call=tc, index=idx,
                                call_id=cid))
         nxt = self._rest(call.end, s, k, abs_k)
@@ -443,7 +530,8 @@ class OutputParser:
         if unfinished:
             # Verbatim, except that a </think> inside a would-be implicit call still ends
             # the thinking (so the answer after it is not swallowed).
-            stop = body.find(THINK_CLOSE) if self._call_origin == REASONING else -1
+            close = self._mk.think_close
+            stop = body.find(close) if close and self._call_origin == REASONING else -1
             rel = len(body) if stop < 0 else stop
             while stop > 0 and rel > 0 and body[rel - 1] == "\n":
                 rel -= 1

@@ -38,6 +38,7 @@ from engine.request import ChatRequest
 from engine.template import ChatTemplate
 
 log = logging.getLogger("prism")
+TOOLS_IGNORED = "tools_ignored"  # a Run note: the template did not show the request's tools
 SLOW_RENDER_MS = 100.0
 _DONE = object()
 _ids = itertools.count(1)
@@ -83,8 +84,9 @@ class Run:
         self.start_state = start
         self.prompt_tokens = prompt_tokens
         self.created = time.time()
-        self.parser = OutputParser(start=start, dialect=dialect,
-                                   tools=request.tools, stream_tools=request.stream_tools)
+        # A request declares its tools, even none: a call then is `unknown_tool` (issue 11).
+        self.parser = OutputParser(start=start, dialect=dialect, tools=request.tools,
+                                   stream_tools=request.stream_tools, tools_declared=True)
         self.pipeline = TokenPipeline(self.id, self.parser, metrics=service.metrics,
                                       recorder=service.recorder)
         self.events: list[Event] = []
@@ -95,6 +97,9 @@ class Run:
         self._done = threading.Event()
         self._queues: list[Callable[[object], None]] = []
         self.job: Job | None = None
+        # What was wrong with the request itself, for the inspector: "tools_ignored" when the
+        # pack's template does not show the request's tools to the model (issue 9, item 4).
+        self.notes: tuple[str, ...] = ()
 
     # consumers ------------------------------------------------------------------------------
 
@@ -226,6 +231,11 @@ class Service:
         start, dialect = (self.engine.prepare(job, request)
                           or (start_state(prompt, self.pack.dialect), ""))
         run = Run(self, request, prompt, start, n_prompt, dialect or self.pack.dialect)
+        if request.tools and not self.template.renders_tools:
+            run.notes = (TOOLS_IGNORED,)
+            log.warning("[prism] %s: the chat template of pack %s does not show tools, so the "
+                        "model cannot call any of the %d it was given (use a pack whose "
+                        "template renders `tools`)", run.id, self.pack.name, len(request.tools))
         job.grammar = tool_grammar.request_grammar(request, self.pack.dialect, run.start_state)
         job.on_token = lambda tok: self._on_token(run, tok)
         job.on_finish = lambda fin: self._on_finish(run, fin)

@@ -290,8 +290,11 @@ class Playback:
         self._show(it)
         track = it.track
         if it.pipeline is None:
+            # A recorded request declared its tools, as the live run's parser knew; a text
+            # file declares nothing.
             parser = OutputParser(start=track.start_state, dialect=track.dialect,
-                                  tools=track.tools, stream_tools=track.stream_tools)
+                                  tools=track.tools, stream_tools=track.stream_tools,
+                                  tools_declared=track.request is not None)
             # A request is counted in the charts the first time it plays to its end only:
             # playing it again (a seek, a replay) must not count it twice.
             it.pipeline = TokenPipeline(track.id, parser, clock=self.clock,

@@ -70,6 +70,7 @@ class Track:
     result: ParseResult | None = None
     recorded_result: dict | None = None  # what the recording said, for re-parse diffs
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
+    notes: tuple[str, ...] = ()  # about the request itself: Run.notes ("tools_ignored")
     released: bool = False
     generation: int = 0
     version: int = 0
@@ -185,6 +186,7 @@ class Track:
             tools=self.tools,
             stream_tools=self.stream_tools if stream_tools is None else stream_tools,
             id_prefix="fixture",  # call ids must not differ between two parses of one output
+            tools_declared=self.request is not None,  # as the live run's parser (engine/service)
         )
         pipe = TokenPipeline(self.id, parser)  # reports nowhere: a re-parse is not a request
         evs: list[Event] = []
@@ -341,6 +343,7 @@ class LiveFeed:
             request=req,
             metrics=self.service.metrics,
             origin="live",
+            notes=run.notes,
             submitted=run.job.submitted_at if run.job and run.job.submitted_at
             else time.perf_counter(),
         )

@@ -326,6 +326,180 @@ def test_malformed_xml_body_returned_as_text():
     assert anomalies(res) == {"malformed_call": 1}
 
 
+# --- issue 11: what real models write, and what the other servers' parsers accept ------------
+# (shapes from vLLM's, llama.cpp's and SGLang's Qwen3-Coder parser tests)
+
+# Optional[str] and Optional[int] as Pydantic, OpenAPI, a type list and $refs write them.
+_OPT_STR = [
+    {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+    {"oneOf": [{"type": "string"}, {"type": "null"}]},
+    {"$ref": "#/$defs/Text"},
+    {"type": ["string", "null"]},
+    {"type": "string", "nullable": True},
+]
+
+
+def _typed_tool(note_schema: dict) -> list:
+    return [{"type": "function", "function": {"name": "save", "parameters": {
+        "type": "object",
+        "properties": {"note": note_schema, "count": {"type": ["integer", "null"]},
+                       "limit": {"anyOf": [{"$ref": "#/definitions/N"}, {"type": "null"}]}},
+        "$defs": {"Text": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+        "definitions": {"N": {"type": "integer"}},
+    }}}]
+
+
+@pytest.mark.parametrize("note_schema", _OPT_STR)
+def test_union_declared_string_keeps_raw_text_and_equivalent_schemas_agree(note_schema):
+    tools = _typed_tool(note_schema)
+    for raw, want in (("42", "42"), ("true", "true"), ("null", None), ("[1]", "[1]")):
+        body = (f"<parameter=note>\n{raw}\n</parameter>\n<parameter=count>\n7\n</parameter>\n"
+                "<parameter=limit>\nnull\n</parameter>\n")
+        res = parse_all_ways(_xml(body, name="save"), start="content", tools=tools)
+        assert res.tool_calls[0].arguments == {"note": want, "count": 7, "limit": None}
+        assert not anomalies(res)
+
+
+def test_optional_string_streams_before_it_is_complete():
+    value = "a long note that streams as it is written"
+    text = _xml(f"<parameter=note>\n{value}\n</parameter>\n", name="save")
+    p = OutputParser(start="content", tools=_typed_tool(_OPT_STR[0]), stream_tools=True,
+                     id_prefix="")
+    cut = text.index(value) + 10
+    early = [e.text for e in p.feed(text[:cut]) if e.kind == TOOL_ARGS]
+    assert "".join(early) == '{"note": "a long not'  # 10 characters in, before the closer
+    rest = [e.text for e in p.feed(text[cut:]) + p.finish() if e.kind == TOOL_ARGS]
+    assert "".join(early + rest) == json.dumps({"note": value})
+
+
+def test_missing_end_parameter_before_a_declared_parameter_is_repaired():
+    body = "<parameter=city>\nDallas\n<parameter=days>\n3\n</parameter>\n"
+    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"city": "Dallas", "days": 3}
+    assert anomalies(res) == {"repaired_call": 1}
+
+
+def test_tag_like_text_in_a_value_stays_unless_a_declared_parameter_follows():
+    body = ("<parameter=city>\nDallas <parameter=zip> 75201\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n")
+    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"city": "Dallas <parameter=zip> 75201", "days": 3}
+    assert not anomalies(res)
+    # A tool with no schema: any parameter name ends the value before it.
+    body = "<parameter=a>\nx\n<parameter=zip>\n75201\n</parameter>\n"
+    res = parse_all_ways(_xml(body, name="other"), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"a": "x", "zip": 75201}
+    assert anomalies(res) == {"unknown_tool": 1, "repaired_call": 1}
+
+
+@pytest.mark.parametrize("closer", ["</parameter1>", "</parameter_function>", "</parameter"])
+def test_drifted_end_parameter_is_repaired(closer):
+    body = f"<parameter=city>\nShanghai\n{closer}\n<parameter=days>\n3\n</parameter>\n"
+    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"city": "Shanghai", "days": 3}
+    assert anomalies(res) == {"repaired_call": 1}
+
+
+@pytest.mark.parametrize("value", ["<config>\n  <p>1</p>\n</parameters>", "x </parameterList>",
+                                   "a </parameter1> b"])
+def test_closed_value_that_ends_like_a_drifted_closer_is_kept(value):
+    body = f"<parameter=city>\n{value}\n</parameter>\n"
+    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"city": value} and not anomalies(res)
+
+
+def test_python_literals_for_typed_parameters_are_repaired():
+    body = ("<parameter=metric>\nTrue\n</parameter>\n<parameter=opts>\n{'a': [1, 2], 'b': None}\n"
+            "</parameter>\n<parameter=tags>\n['x', 2]\n</parameter>\n"
+            "<parameter=city>\nTrue\n</parameter>\n")
+    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {
+        "metric": True, "opts": {"a": [1, 2], "b": None}, "tags": ["x", 2], "city": "True"}
+    assert anomalies(res) == {"repaired_call": 1}  # once per call, however many repairs
+
+
+def test_missing_end_parameter_before_end_function_counts_as_repaired():
+    res = parse_all_ways(_xml("<parameter=city>\nRome\n"), start="content", tools=TOOLS)
+    assert res.tool_calls[0].arguments == {"city": "Rome"}
+    assert anomalies(res) == {"repaired_call": 1}
+
+
+def test_repaired_call_names_its_repairs():
+    body = "<parameter=city>\nA\n</parameter1>\n<parameter=metric>\nFalse\n"
+    events = run(_xml(body), start="content", tools=TOOLS)
+    marks = [e for e in events if e.kind == ANOMALY]
+    assert [(e.anomaly, e.text) for e in marks] == [
+        ("repaired_call", "drifted </parameter>, missing </parameter>, Python literal")]
+    assert marks[0].call_id == "call_0" and marks[0].span[0] == marks[0].span[1]
+
+
+BARE_CALL = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>"
+
+
+def test_bare_function_at_line_start_in_content_is_a_repaired_call():
+    text = "Let me check.\n" + BARE_CALL + "\nDone."
+    res = parse_all_ways(text, start="content", tools=TOOLS)
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert res.content == "Let me check.Done."
+    assert anomalies(res) == {"repaired_call": 1}
+    events = run(text, start="content", tools=TOOLS)
+    assert [e.text for e in events if e.anomaly == "repaired_call"] == ["no <tool_call>"]
+    # several in a row, and a stray </tool_call> after one is the call's
+    res = parse_all_ways(BARE_CALL + "\n</tool_call>\n" + BARE_CALL, start="content", tools=TOOLS)
+    assert len(res.tool_calls) == 2 and res.content == ""
+
+
+@pytest.mark.parametrize("text", [
+    "Write `" + BARE_CALL + "` like that.",  # inline code
+    "Like:\n```\n" + BARE_CALL + "\n```\n",  # a fence
+    "Mid-line " + BARE_CALL,  # not at a line start
+    "  " + BARE_CALL,  # indented
+])
+def test_bare_function_quoted_or_mid_line_stays_text(text):
+    res = parse_all_ways(text, start="content", tools=TOOLS)
+    assert res.tool_calls == () and res.content == text and not anomalies(res)
+
+
+def test_bare_function_in_reasoning_is_not_an_implicit_end():
+    text = "I could write\n" + BARE_CALL + "\nbut first think."
+    res = parse_all_ways(text, tools=TOOLS)
+    assert res.tool_calls == () and res.reasoning == text and not anomalies(res)
+
+
+def test_bare_function_that_is_not_a_call_is_text():
+    text = "The tag\n<function=name> opens a call."
+    res = parse_all_ways(text, start="content", tools=TOOLS)
+    assert res.tool_calls == () and res.content == text
+    assert anomalies(res) == {"malformed_call": 1}
+
+
+def test_bare_function_only_in_qwen_xml():
+    res = parse_all_ways(BARE_CALL, start="content", dialect="hermes-json", tools=TOOLS)
+    assert res.tool_calls == () and res.content == BARE_CALL
+
+
+def test_call_keeps_its_raw_text_and_channel():
+    text = "Plan.\n\n" + XML_CALL + "\n\nAfter."
+    res = parse_all_ways(text, tools=TOOLS)
+    call = res.tool_calls[0]
+    assert call.raw == "\n\n" + XML_CALL and call.origin == REASONING
+    res = parse_all_ways("Hi " + BARE_CALL, start="content", tools=TOOLS)  # mid-line: text
+    assert res.tool_calls == ()
+    res = parse_all_ways("Hi\n" + BARE_CALL, start="content", tools=TOOLS)
+    assert res.tool_calls[0].raw == "\n" + BARE_CALL and res.tool_calls[0].origin == CONTENT
+
+
+def test_declared_no_tools_makes_every_call_unknown():
+    # The server's requests declare their tools, even none (tools_declared); `prism parse`
+    # without --tools knows nothing of them, and counts nothing.
+    res = parse_all_ways(XML_CALL, start="content", tools_declared=True)
+    assert len(res.tool_calls) == 1 and anomalies(res) == {"unknown_tool": 1}
+    res = parse_all_ways(XML_CALL, start="content")
+    assert len(res.tool_calls) == 1 and not anomalies(res)
+    res = parse_all_ways(XML_CALL, start="content", tools=TOOLS, tools_declared=True)
+    assert not anomalies(res)
+
+
 # --- Hermes JSON ------------------------------------------------------------------------------
 
 

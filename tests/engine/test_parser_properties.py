@@ -99,7 +99,7 @@ calls = st.builds(
     st.sampled_from(["<tool_call>\n", "\n", ""]),
     st.lists(params, max_size=3),
     st.sampled_from(["\n</tool_call>", "", "\n</tool_"]),
-    st.sampled_from(["", "Sure.\n", "`x`\n", "```\n"]),
+    st.sampled_from(["", "Sure.\n", "`x`\n", "```\n", "`open\n", "a ``b`\n", "  "]),
     st.sampled_from(["", "\nDone.", "\n<function=f>\n</function>"]),
 )
 
