@@ -8,7 +8,9 @@ called from whichever thread produces a record (the service on request, the engi
 token and at finish), so every write takes a lock; each record is one line, written and
 flushed as it happens, so a crash loses nothing already written. Flushing hands the line to
 the OS; we do not fsync per token (that would cost milliseconds each), so a power cut may still
-lose the tail.
+lose the tail. Recordings hold whole conversations, so each session is a file of its own,
+created exclusively (never shared by two instances), readable by its owner only (0600, in a
+0700 folder).
 
 Format, version 1 (one JSON object per line):
 
@@ -30,6 +32,7 @@ import dataclasses
 import datetime as _dt
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +45,10 @@ from engine.events import ParseResult
 from engine.request import STREAM_TOOLS, ChatRequest, Message, Sampling
 
 log = logging.getLogger("prism")
+
+# Recordings hold whole conversations: only their owner may read them.
+_FILE_MODE = 0o600
+_DIR_MODE = 0o700
 
 FORMAT = "prism-session"
 VERSION = 1
@@ -156,6 +163,32 @@ def _timings_from_dict(d: dict) -> Timings:
 # ---------------------------------------------------------------------------------- writing
 
 
+def _create(path: Path | None) -> tuple[Path, int]:
+    """Create a session file, readable by its owner only (0600); returns it and its descriptor.
+
+    Without a path: a new, unique file in the default folder (0700). Each name is taken by an
+    exclusive create, so two instances started in the same second (or racing for one name)
+    get two files: a check-then-open would let the second truncate the first's recording. An
+    explicit path is the caller's: it is overwritten."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
+        if os.name == "posix":
+            os.fchmod(fd, _FILE_MODE)  # an existing file keeps its mode otherwise
+        return path, fd
+    first = default_session_path()
+    first.parent.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+    if os.name == "posix":
+        os.chmod(first.parent, _DIR_MODE)  # a folder an older Prism made more open
+    path, n = first, 1
+    while True:
+        try:
+            return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+        except FileExistsError:
+            n += 1
+            path = first.with_name(f"{first.stem}-{n}{first.suffix}")
+
+
 class Recorder:
     """Appends one session to a JSONL file. Safe to call from several threads.
 
@@ -165,19 +198,11 @@ class Recorder:
 
     def __init__(self, path: Path | str | None = None, *, model: str = "", pack: str = "",
                  upstream: str = ""):
-        if path is None:
-            path = default_session_path()
-            # Two sessions started in the same second must not share (and clobber) a file.
-            stem, n = path.stem, 1
-            while path.exists():
-                n += 1
-                path = path.with_name(f"{stem}-{n}.jsonl")
-        self.path = Path(path)  # an explicit path is overwritten
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, fd = _create(Path(path) if path is not None else None)
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
         self._starts: dict[str, float] = {}
-        self._file = self.path.open("w", encoding="utf-8")
+        self._file = os.fdopen(fd, "w", encoding="utf-8")
         created = _dt.datetime.now(_dt.UTC).astimezone().isoformat(timespec="seconds")
         self._write(
             {"format": FORMAT, "version": VERSION, "created": created, "model": model, "pack": pack,

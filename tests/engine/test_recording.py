@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -182,6 +184,47 @@ def test_default_path_never_clobbers(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with Recorder() as a, Recorder() as b:
         assert a.path == fixed
         assert b.path == fixed.with_name("20250101-120000-2.jsonl")
+
+
+def test_a_name_taken_between_check_and_open_is_not_clobbered(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """Two instances started in the same second race for one name (issue 10, item 4): the
+    second must get a file of its own even when its check saw the name free."""
+    import engine.recording as recording
+
+    fixed = tmp_path / "sessions" / "20250101-120000.jsonl"
+    monkeypatch.setattr(recording, "default_session_path", lambda: fixed)
+    with Recorder() as a:
+        _write_one(a)
+        # as if the other instance created the file just after this one looked for it
+        monkeypatch.setattr(Path, "exists", lambda self, **kw: False)
+        with Recorder() as b:
+            _write_one(b, "r2")
+    monkeypatch.undo()
+    assert a.path != b.path
+    assert [r.id for r in read_session(a.path).requests] == ["r1"]
+    assert [r.id for r in read_session(b.path).requests] == ["r2"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX permissions")
+def test_recordings_are_private(tmp_path: Path, monkeypatch) -> None:
+    import platformdirs
+
+    monkeypatch.setattr(platformdirs, "user_data_dir", lambda name: str(tmp_path / name))
+    old = os.umask(0o022)  # the usual umask, which left files 0644 and folders 0755
+    try:
+        with Recorder() as rec:
+            _write_one(rec)
+        explicit = tmp_path / "mine.jsonl"
+        explicit.write_text("", encoding="utf-8")
+        explicit.chmod(0o644)
+        Recorder(explicit).close()
+    finally:
+        os.umask(old)
+    assert rec.path.parent == tmp_path / "prism" / "sessions"
+    assert stat.S_IMODE(rec.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(rec.path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(explicit.stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize(("fields", "api", "dialect"), [
