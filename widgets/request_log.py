@@ -27,7 +27,15 @@ from PySide6.QtWidgets import (
 
 from engine.events import ANOMALY_KINDS
 from inspector.tracks import Track
-from widgets.theme import ANOMALY_LABELS, ANOMALY_TIPS, COLOURS, MUTED, TEXT
+from widgets.theme import (
+    ANOMALY_LABELS,
+    ANOMALY_TIPS,
+    COLOURS,
+    MUTED,
+    NOTE_LABELS,
+    NOTE_TIPS,
+    TEXT,
+)
 
 COLUMNS = ("Request", "Source", "Model", "State", "Prompt", "Output", "TTFT ms", "tok/s",
            "Finish", "Anomalies")
@@ -110,8 +118,9 @@ class RequestLogModel(QAbstractTableModel):
         if role == TRACK:
             return t
         if role == BADGES and col == 9:
-            return [(ANOMALY_LABELS[k], t.anomalies.get(k, 0)) for k in ANOMALY_KINDS
-                    if t.anomalies.get(k, 0)]
+            return [(NOTE_LABELS[n], 1) for n in t.notes if n in NOTE_LABELS] + [
+                (ANOMALY_LABELS[k], t.anomalies.get(k, 0)) for k in ANOMALY_KINDS
+                if t.anomalies.get(k, 0)]
         if role == Qt.ItemDataRole.ForegroundRole:
             if col == 3:
                 return QColor(_STATE_COLOURS.get(t.status, TEXT))
@@ -121,9 +130,10 @@ class RequestLogModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.TextAlignmentRole and col in _NUMERIC:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col == 9 and t.anomaly_total:
-                return "\n\n".join(f"{t.anomalies[k]} × {ANOMALY_TIPS[k]}"
-                                   for k in ANOMALY_KINDS if t.anomalies.get(k))
+            if col == 9 and (t.anomaly_total or t.notes):
+                return "\n\n".join([NOTE_TIPS[n] for n in t.notes if n in NOTE_TIPS] + [
+                    f"{t.anomalies[k]} × {ANOMALY_TIPS[k]}"
+                    for k in ANOMALY_KINDS if t.anomalies.get(k)])
             if col == 0:
                 where = "live" if t.origin == "live" else f"played from {t.origin}"
                 return f"{t.id}\n{where}" + (f"\nerror: {t.error}" if t.error else "")
@@ -152,8 +162,8 @@ class RequestLogModel(QAbstractTableModel):
         if col == 8:
             return t.finish_reason or ""
         if col == 9:
-            return "" if not t.anomaly_total else " ".join(
-                f"{ANOMALY_LABELS[k]}×{n}" for k, n in t.anomalies.items() if n)
+            return " ".join([NOTE_LABELS[n] for n in t.notes if n in NOTE_LABELS] + [
+                f"{ANOMALY_LABELS[k]}×{n}" for k, n in t.anomalies.items() if n])
         return ""
 
 

@@ -65,6 +65,11 @@ ANOMALY_TIPS = {
     UPSTREAM_LEAK: "Upstream leak (--tap): the upstream's own parser left a tool call or a think "
     "tag in the reasoning or content it returned; Prism's parser found it there.",
 }
+
+# Notes on a request itself (Run.notes), shown as badges beside the anomalies.
+NOTE_LABELS = {"tools_ignored": "no tools shown"}
+NOTE_TIPS = {"tools_ignored": "The pack's chat template does not render `tools`: the model was "
+             "never shown the request's tools, so it could not call them."}
 # What a pane shows where an anomaly happened (the stray tag shows its own dropped text).
 ANOMALY_MARKS = {
     IMPLICIT_REASONING_END: " ↳ thinking ended by a tool call ",

@@ -343,3 +343,31 @@ def test_a_trailing_assistant_call_is_not_continued(serve):
     messages = [*ASK, {"role": "assistant", "content": "", "tool_calls": [call]}]
     live.openai().chat.completions.create(model="m", messages=messages, tools=TOOLS)
     assert not live.last.request.continue_final
+
+
+# --- tools the template cannot show (issue 9, item 4) ---------------------------------------
+
+
+def test_the_default_pack_shows_the_model_its_tools(serve):
+    live = serve("ok", pack="smollm2")
+    live.openai().chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+    assert '"name": "get_weather"' in live.last.prompt and live.last.notes == ()
+
+
+def test_a_template_that_ignores_tools_is_said_once_per_request(serve, caplog):
+    from engine.packs import read_gguf_metadata
+    from engine.template import ChatTemplate
+
+    live = serve("ok", "ok", "ok", pack="smollm2")
+    # The default model's own GGUF template: plain ChatML, which never renders `tools`.
+    own = read_gguf_metadata(live.service.pack.gguf)["tokenizer.chat_template"]
+    live.service.template = ChatTemplate(own, bos_token="<|im_start|>", eos_token="<|im_end|>")
+    client = live.openai()
+    with caplog.at_level("WARNING", logger="prism"):
+        client.chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+        client.chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+        client.chat.completions.create(model="m", messages=ASK)  # no tools: nothing to say
+    said = [r.getMessage() for r in caplog.records if "does not show tools" in r.getMessage()]
+    assert [live.runs[0].id in said[0], live.runs[1].id in said[1], len(said)] == [True, True, 2]
+    assert "cannot call any of the 2" in said[0]
+    assert [r.notes for r in live.runs] == [("tools_ignored",), ("tools_ignored",), ()]

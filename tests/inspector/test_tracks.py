@@ -115,3 +115,17 @@ def test_reparse_under_other_settings_and_a_stable_fixture():
     assert fixture == t.fixture()  # call ids are fixed, so the fixture is stable
     assert fixture["chunks"] == [tok.text for tok in t.tokens]
     assert fixture["expected"]["tool_calls"][0]["arguments"] == {"city": "Paris"}
+
+
+def test_a_request_whose_tools_were_not_shown_is_marked(replay_service):
+    from engine.template import ChatTemplate
+
+    svc = replay_service("ok")
+    svc.template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
+    feed = LiveFeed(svc, TrackStore())
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    run = svc.submit(ChatRequest(messages=(Message("user", "hi"),), tools=(tool,), api="gui"))
+    run.wait(5)
+    feed.poll()
+    assert feed.store.get(run.id).notes == ("tools_ignored",)
+    feed.close()
