@@ -3,7 +3,7 @@
 - `recorded_failures()`: the four real outputs where a Qwen model wrote its call inside its
   thinking (tests/fixtures/recorded_tool_call_in_thinking.json, the one copy).
 - `wait_until()` / `until()`: poll a condition against a deadline, blocking or in an asyncio
-  loop, failing with what was awaited.
+  loop, failing with what was awaited; `wait_healthy()`: a server process up (GET /health).
 - `Clock`: a clock the test moves by hand (or the replay engine moves by pausing), for the
   engines and models that take one.
 """
@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "resources" / "sessions" / "demo.jsonl"
@@ -35,6 +38,19 @@ def wait_until(predicate: Callable[[], object], timeout: float = 5.0, interval: 
     while not predicate():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         time.sleep(interval)
+
+
+def wait_healthy(http: httpx.Client, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait until a server process answers GET /health with 200; fail if it exits first."""
+
+    def healthy() -> bool:
+        assert proc.poll() is None, f"the server exited with status {proc.returncode}"
+        try:
+            return http.get("/health").status_code == 200
+        except httpx.TransportError:  # not listening yet
+            return False
+
+    wait_until(healthy, timeout, interval=0.1, what="GET /health to answer 200")
 
 
 async def until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,

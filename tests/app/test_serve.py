@@ -8,13 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from app.serve import check_host, is_loopback
+from tests.support import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,16 +65,8 @@ def test_serves_a_replay_as_a_process(tmp_path):
     proc = _prism("serve", "--replay", str(out), "--port", str(port), "--no-record",
                   "--reasoning-field", "both", "--log-level", "warning")
     try:
-        deadline = time.monotonic() + 60
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
-            while True:
-                try:
-                    if http.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+            wait_healthy(http, proc, 60)
             msg = http.post("/v1/chat/completions", json={
                 "messages": [{"role": "user", "content": "hi"}]}).json()["choices"][0]["message"]
         assert msg["content"] == "Hello from a replay."
@@ -99,16 +91,8 @@ def test_a_real_model_leaves_the_terminal_its_lines(default_model):
          "--max-tokens", "8"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-            while True:
-                try:
-                    if http.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+            wait_healthy(http, proc, 120)
             # 100000 > the context: clamped (--max-tokens 8), not refused (issue 9, items 5, 7)
             ok = http.post("/v1/chat/completions", json={
                 "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000})
