@@ -42,6 +42,7 @@ import json
 import re
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -173,7 +174,10 @@ class ReplayEngine(QueuedEngine):
         self.tools_only = tools_only
         self._lock = threading.Lock()  # the choice of outputs: submitting threads and worker
         self._used: set[int] = set()  # indices of outputs handed out
-        self._chosen: dict[Job, ReplayOutput | str] = {}  # by prepare(): an output, or why not
+        # By prepare(): an output, or why there is none. Weak, so a job that never reaches the
+        # worker (cancelled while waiting, or the engine closed) leaves nothing behind.
+        self._chosen: weakref.WeakKeyDictionary[Job, ReplayOutput | str] = (
+            weakref.WeakKeyDictionary())
         self._start_worker("prism-replay")  # nothing to load: ready at once
 
     @property
