@@ -17,8 +17,10 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from app.preflight import check_template
 from engine.base import Engine
-from engine.packs import Pack, PackError, guess_dialect, resolve_pack
+from engine.families import preserved_tokens
+from engine.packs import Pack, PackError, pack_from_template, resolve_pack
 from engine.upstream import UpstreamEngine
 
 log = logging.getLogger("prism")
@@ -46,14 +48,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "unchanged and record the upstream's own parsing (see README)")
 
 
-def template_pack(name: str, template: str, origin: str, *, bos: str = "",
-                  eos: str = "") -> Pack:
-    """A pack made of a template alone: dialect and thinking guessed from its text."""
-    return Pack(name=name, gguf=None, template=template, dialect=guess_dialect(template),
-                thinking="<think>" in template, bos_token=bos, eos_token=eos,
-                template_origin=origin, description=f"a remote model, template from {origin}")
-
-
 def upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
     info, name = engine.info, engine.name
     template = None
@@ -62,25 +56,32 @@ def upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
             template = args.template.read_text(encoding="utf-8")
         except OSError as e:
             raise SystemExit(f"prism: cannot read --template {args.template}: {e}") from None
-    if args.pack:
-        try:
-            pack = resolve_pack(args.pack, require_model=False)
-        except PackError as e:
-            raise SystemExit(f"prism: {e}") from None
+    dialect = getattr(args, "dialect", None)
+    try:
+        if args.pack:
+            pack = replace(resolve_pack(args.pack, require_model=False, dialect=dialect),
+                           gguf=None)
+            if template is not None:
+                pack = replace(pack, template=template, template_origin=str(args.template))
+            return check_template(pack)
         if template is not None:
-            pack = replace(pack, template=template, template_origin=str(args.template))
-        return replace(pack, gguf=None)
-    if template is not None:
-        return template_pack(name, template, str(args.template))
-    if info.chat_template:
-        return template_pack(name, info.chat_template, f"GET {engine.root}/props",
-                             bos=info.bos_token, eos=info.eos_token)
-    if args.tap:  # nothing to render; the re-reading takes either call syntax
-        return Pack(name=name, gguf=None, template="", dialect="auto",
-                    template_origin="none (--tap forwards requests as they are)")
-    raise SystemExit(
-        f"prism: {engine.base} publishes no chat template (only llama.cpp's server and Prism "
-        "do, in /props); pass --pack NAME (qwen3-xml, qwen3-hermes, ...) or --template FILE")
+            pack = pack_from_template(name, template, str(args.template))
+        elif info.chat_template:
+            pack = pack_from_template(name, info.chat_template, f"GET {engine.root}/props",
+                                      bos_token=info.bos_token, eos_token=info.eos_token)
+        elif args.tap:  # nothing to render; the re-reading takes either call syntax
+            pack = Pack(name=name, gguf=None, template="", dialect="auto",
+                        template_origin="none (--tap forwards requests as they are)")
+        else:
+            raise SystemExit(
+                f"prism: {engine.base} publishes no chat template (only llama.cpp's server and "
+                "Prism do, in /props); pass --pack NAME (qwen3-xml, qwen3-hermes, ...) or "
+                "--template FILE")
+    except PackError as e:
+        raise SystemExit(f"prism: {e}") from None
+    if dialect:
+        pack = replace(pack, dialect=dialect, dialect_origin="--dialect")
+    return check_template(pack)
 
 
 def build_upstream(args: argparse.Namespace) -> tuple[Engine, Pack]:
@@ -93,6 +94,8 @@ def build_upstream(args: argparse.Namespace) -> tuple[Engine, Pack]:
         # Start anyway: /health says why, and the first request that gets through works.
         log.warning("[prism] %s", engine.load_error)
     pack = upstream_pack(args, engine)
+    engine.stops = pack.stop
+    engine.preserved = preserved_tokens(pack.dialect)
     if args.tap:
         from app.api.tap import TapEngine
 

@@ -235,6 +235,19 @@ def pack_from_gguf(path: str | Path) -> Pack:
     )
 
 
+def pack_from_template(name: str, template: str, origin: str, *, bos_token: str = "",
+                       eos_token: str = "") -> Pack:
+    """A pack of a template alone, no model (`--upstream`: the remote server has the model):
+    dialect, thinking and stop strings detected from the template as for a GGUF."""
+    found = _detected(template, origin)
+    return Pack(
+        name=name, gguf=None, template=template, dialect=found["dialect"],
+        thinking=found["thinking"], description=f"a remote model; template from {origin}",
+        bos_token=bos_token, eos_token=eos_token, stop=_stops(template, eos_token),
+        template_origin=origin, dialect_origin=found["dialect_origin"],
+    )
+
+
 # --- built-in packs ---------------------------------------------------------------------------
 
 

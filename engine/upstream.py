@@ -10,9 +10,11 @@ other (the upstream batches); the API layer limits how many are in flight. `on_t
 so the HTTP server's event loop never waits for the upstream.
 
 Per job: `POST {base}/completions` with the rendered prompt, `stream: true`, the sampling
-parameters, stop strings, `logprobs` when top-k alternatives are asked for, and the knobs that
-keep special tokens in the text where the server has one (`skip_special_tokens: false`,
-`spaces_between_special_tokens: false`: vLLM and SGLang; the others ignore unknown fields).
+parameters, stop strings (the request's and the pack's end-of-turn markers), `logprobs` when
+top-k alternatives are asked for, and the knobs that keep special tokens in the text where the
+server has one: `skip_special_tokens: false` and `spaces_between_special_tokens: false` (vLLM;
+SGLang reads the first), `preserved_tokens` (llama.cpp's server: the dialect's special tokens,
+kept as text). Servers ignore the fields they do not know.
 Each streamed delta is one `Token`, or one per entry of its logprobs when those split it; token
 ids are -1 (OpenAI's completions stream carries none).
 
@@ -184,6 +186,11 @@ class UpstreamEngine:
         self.name = self.model or "upstream"
         self.n_ctx = UNKNOWN_CTX
         self.info = UpstreamInfo()
+        # Set from the pack once it is known (app/upstream.py): its end-of-turn strings, sent
+        # as stop strings too (with special tokens kept, they may come as text), and the
+        # special tokens its dialect reads (llama.cpp's server keeps exactly these as text).
+        self.stops: tuple[str, ...] = ()
+        self.preserved: tuple[str, ...] = ()
         self.ready = threading.Event()
         self.load_error: str | None = None
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
@@ -346,8 +353,10 @@ class UpstreamEngine:
         }
         if s.seed is not None:
             body["seed"] = s.seed
-        if job.stop:
-            body["stop"] = list(job.stop)
+        if stops := list(dict.fromkeys(job.stop + self.stops)):
+            body["stop"] = stops
+        if self.preserved:
+            body["preserved_tokens"] = list(self.preserved)
         if job.top_logprobs > 0:
             body["logprobs"] = job.top_logprobs
         if job.grammar:
@@ -433,7 +442,7 @@ class UpstreamEngine:
 
     def _on_choice(self, job: Job, prog: _Progress, choice: dict) -> None:
         stop = choice.get("stop_reason", choice.get("matched_stop"))
-        if isinstance(stop, str) and stop:
+        if isinstance(stop, str) and stop in job.stop:  # not the pack's own end-of-turn
             prog.stop_sequence = stop
         text = choice.get("text") or ""
         if not text:

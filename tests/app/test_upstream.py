@@ -32,6 +32,7 @@ import pytest
 from app.api.server import ServerThread
 from app.api.state import AppState, ServerConfig
 from app.upstream import upstream_pack
+from engine.families import preserved_tokens
 from engine.metrics import Metrics
 from engine.recording import Recorder, read_session
 from engine.service import Service
@@ -63,6 +64,7 @@ def front(tmp_path: Path) -> Callable[..., Live]:
         assert engine.ready.wait(10)
         args = argparse.Namespace(template=None, pack=pack, tap=False)
         chosen = upstream_pack(args, engine)
+        engine.stops, engine.preserved = chosen.stop, preserved_tokens(chosen.dialect)
         recorder = Recorder(tmp_path / f"front{len(started)}.jsonl", model=engine.name,
                             pack=chosen.name, upstream=engine.base)
         service = Service(engine, chosen, metrics=Metrics(engine), recorder=recorder)
@@ -123,9 +125,54 @@ def test_the_rendered_prompt_and_the_sampling_go_upstream(front):
     assert sent.body["prompt"] == live.last.prompt
     assert "<function>\n<name>get_weather</name>" in sent.body["prompt"]
     assert sent.body["prompt"].endswith("<|im_start|>assistant\n<think>\n")
-    assert (sent.body["temperature"], sent.body["seed"], sent.body["max_tokens"],
-            sent.body["stop"]) == (0.3, 7, 99, ["STOP"])
+    body = sent.body
+    assert (body["temperature"], body["seed"], body["max_tokens"]) == (0.3, 7, 99)
+    # The request's stop strings, then the pack's end-of-turn marker (special tokens are kept,
+    # so it may come as text).
+    assert body["stop"] == ["STOP", "<|im_end|>"]
+    # Qwen XML reads no special tokens (its tags are plain text): none to ask llama.cpp for.
+    assert preserved_tokens("qwen-xml") == () and "preserved_tokens" not in body
     assert resp.choices[0].message.content == "Yes."
+
+
+def test_which_template_renders(serve, tmp_path: Path):
+    back = serve("x", model_name="back-model")
+    engine = UpstreamEngine(back.url)
+    try:
+        assert engine.ready.wait(10)
+
+        def pack(**kw):
+            args = {"template": None, "pack": None, "tap": False, "dialect": None, **kw}
+            return upstream_pack(argparse.Namespace(**args), engine)
+
+        published = pack()  # the upstream's /props
+        assert published.template == back.service.pack.template
+        assert published.template_origin == f"GET {engine.root}/props"
+        assert (published.name, published.dialect, published.gguf) == ("back-model",
+                                                                        "qwen-xml", None)
+        assert published.thinking is True and "<|im_end|>" in published.stop
+        hermes = tmp_path / "hermes.jinja"
+        hermes.write_text((ROOT / "resources/templates/qwen3_hermes.jinja").read_text())
+        assert pack(template=hermes).dialect == "hermes-json"  # --template wins
+        assert pack(pack="smollm2").name == "smollm2"  # --pack wins over /props
+        assert pack(pack="smollm2").gguf is None  # the model is the upstream's
+        assert pack(dialect="hermes-json").dialect_origin == "--dialect"
+        with pytest.raises(SystemExit, match="cannot read --template"):
+            pack(template=tmp_path / "missing.jinja")
+    finally:
+        engine.close()
+    with ScriptedUpstream(scripted(500, "x")) as up:  # publishes no template
+        engine = UpstreamEngine(up.url)
+        try:
+            assert engine.ready.wait(10)
+            with pytest.raises(SystemExit, match="publishes no chat template"):
+                upstream_pack(argparse.Namespace(template=None, pack=None, tap=False,
+                                                 dialect=None), engine)
+            tap = upstream_pack(argparse.Namespace(template=None, pack=None, tap=True,
+                                                   dialect=None), engine)
+            assert (tap.dialect, tap.template) == ("auto", "")
+        finally:
+            engine.close()
 
 
 # --- upstream = the scripted one: the error table through the API -------------------------------

@@ -112,6 +112,7 @@ def test_what_is_sent(engines):
     with ScriptedUpstream(script) as up:
         eng = engines(up.url, api_key="sekrit")
         assert eng.n_ctx == 4096 and eng.model == MODEL
+        eng.stops, eng.preserved = ("<|im_end|>",), ("<|channel|>",)  # from the pack
         run(eng, max_tokens=7, stop=("</s>",), top_logprobs=3,
             sampling=Sampling(temperature=0.2, top_p=0.5, top_k=7, min_p=0.1,
                               repeat_penalty=1.1, seed=42))
@@ -121,7 +122,9 @@ def test_what_is_sent(engines):
     assert sent[0].headers["authorization"] == "Bearer sekrit"
     assert first["model"] == MODEL and first["prompt"].startswith("<|im_start|>user")
     assert first["stream"] is True and first["stream_options"] == {"include_usage": True}
-    assert (first["max_tokens"], first["stop"], first["logprobs"]) == (7, ["</s>"], 3)
+    assert (first["max_tokens"], first["logprobs"]) == (7, 3)
+    assert first["stop"] == ["</s>", "<|im_end|>"] and second["stop"] == ["<|im_end|>"]
+    assert first["preserved_tokens"] == ["<|channel|>"]  # llama.cpp's server keeps these
     assert (first["temperature"], first["top_p"], first["top_k"], first["min_p"],
             first["seed"]) == (0.2, 0.5, 7, 0.1, 42)
     assert first["repetition_penalty"] == first["repeat_penalty"] == 1.1
