@@ -18,13 +18,22 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from engine.dialects import hermes_json, qwen_xml
+from engine.dialects import harmony, hermes_json, qwen_xml
 from engine.dialects.common import FULL, NONE, PREFIX, Match
+from engine.tags import THINK_MARKERS, Markers
 
-DIALECTS = {qwen_xml.NAME: qwen_xml, hermes_json.NAME: hermes_json}
-NAMES = ("auto", qwen_xml.NAME, hermes_json.NAME)
+# The families, in the order of issue 12 after the two `<think>` / `<tool_call>` dialects.
+_FAMILIES = (qwen_xml, hermes_json, harmony)
+DIALECTS = {mod.NAME: mod for mod in _FAMILIES}
+NAMES = ("auto", *DIALECTS)
 
-__all__ = ["DIALECTS", "FULL", "NAMES", "NONE", "PREFIX", "Match", "opener_dialect"]
+__all__ = ["DIALECTS", "FULL", "NAMES", "NONE", "PREFIX", "Match", "markers", "opener_dialect"]
+
+
+def markers(dialect: str) -> Markers:
+    """The family's tags (`auto`, Qwen XML and Hermes JSON share `<think>` / `<tool_call>`)."""
+    mod = DIALECTS.get(dialect)
+    return getattr(mod, "MARKERS", THINK_MARKERS)
 
 
 def opener_dialect(dialect: str, text: str, i: int) -> tuple[Match, ModuleType | None]:

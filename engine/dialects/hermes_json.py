@@ -61,6 +61,8 @@ def match_opener(text: str, i: int) -> Match:
 
 
 class CallParser(CallBody):
+    _top_args = False  # the top-level object is the arguments (framed.JsonArgs), not a call
+
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
         self._raw: list[str] = []  # the JSON object's raw text
@@ -204,10 +206,12 @@ class CallParser(CallBody):
                 self.error = "unexpected " + ch
                 return
             self._begin_value(top)
-            if len(self._stack) == 1 and top is not None and top.key == "arguments" and (
-                self.stream and self.name is not None and ch == "{"
+            if self.stream and ch == "{" and (
+                (top is None and self._top_args)
+                or (len(self._stack) == 1 and top is not None and top.key == "arguments"
+                    and self.name is not None)
             ):
-                self._emit_base = 2  # the arguments object is at depth 2
+                self._emit_base = len(self._stack) + 1  # the arguments object's depth
                 self._args_streamed = True
             self._out(ch)
             self._stack.append(_Frame(ch, "key" if ch == "{" else "value"))

@@ -1,0 +1,182 @@
+"""What the framed families' call readers share: a buffered reader over markers, and a JSON
+arguments object read as it streams.
+
+Owns `FramedBody`, the base of the call readers whose calls are a few fixed markers around a
+name and its arguments (Harmony, DeepSeek, Kimi K2, Mistral, ...), and `JsonArgs`, the Hermes
+JSON scanner (engine/dialects/hermes_json.py) applied to a bare arguments object. Pure Python,
+run by whichever thread drives the parser.
+
+A reader keeps the text it has not decided in `_buf` (`_pos` is the body offset of `_buf[0]`)
+and runs its own small state machine in `_run(eof)`; every decision waits until the text that
+decides it has arrived (a marker that is still a prefix holds), so the outcome is the same for
+every chunking. An error always names the body offset where the text resumes (`resume`): the
+parser then gives the raw text back to the channel it came from (docs/design.md, section 4,
+rule 7).
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine.dialects import hermes_json
+from engine.dialects.common import FULL, NONE, PREFIX, CallBody, Match, match_literal
+
+MAX_NAME = 256
+
+
+class JsonArgs(hermes_json.CallParser):
+    """One JSON object read as a call's arguments (its name came before it): done right after
+    its closing brace; with `stream`, canonical `json.dumps` fragments as it is written."""
+
+    _top_args = True
+
+    def _finish_object(self) -> None:
+        try:
+            obj = json.loads("".join(self._raw), strict=False)
+        except ValueError as e:
+            self.error, self.resume = f"bad JSON: {e}", self._pos
+            return
+        if not isinstance(obj, dict):
+            self.error, self.resume = "arguments is not an object", self._pos
+            return
+        self.arguments = obj
+        self.done, self.end = True, self._pos
+
+
+class FramedBody(CallBody):
+    """A buffered call reader; subclasses implement `_run(eof)` with the helpers below."""
+
+    def __init__(self, schemas: dict, stream: bool) -> None:
+        super().__init__(schemas, stream)
+        self._buf = ""
+        self._pos = 0  # body offset of _buf[0]
+        self._json: JsonArgs | None = None
+        self._json_at = 0  # body offset where the arguments object's text began
+
+    # -- driving -------------------------------------------------------------------------------
+
+    def feed(self, text: str) -> None:
+        if self.done or self.error:
+            return
+        self._buf += text
+        self._run(eof=False)
+
+    def finish(self) -> None:
+        if not (self.done or self.error):
+            self._run(eof=True)
+            if not (self.done or self.error):
+                self.error = "unfinished"
+
+    def _run(self, eof: bool) -> None:
+        raise NotImplementedError
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _eat(self, k: int) -> None:
+        self._buf = self._buf[k:]
+        self._pos += k
+
+    def _fail(self, why: str, at: int = 0) -> None:
+        """The body is not a call: the channel's text resumes at `_buf[at]`."""
+        self.error = why
+        self.resume = self._pos + at
+
+    def _lit(self, lit: str) -> Match:
+        """Consume `lit` at the start of the buffer when it is there (FULL)."""
+        m = match_literal(self._buf, 0, lit)
+        if m == FULL:
+            self._eat(len(lit))
+        return m
+
+    def _ws(self) -> bool:
+        """Skip whitespace; True when something other than whitespace follows."""
+        b = self._buf
+        j = len(b) - len(b.lstrip(" \t\r\n"))
+        if j:
+            self._eat(j)
+        return bool(self._buf)
+
+    def _word(self, allowed: str) -> str | None:
+        """A name made of word characters and `allowed`, ended by any other character. None
+        while it may go on (`finish` then calls the body unfinished); "" when the body breaks
+        (`error` set)."""
+        b = self._buf
+        k = 0
+        n = len(b)
+        while k < n and (b[k].isalnum() or b[k] in allowed or b[k] == "_"):
+            k += 1
+            if k > MAX_NAME:
+                self._fail("bad function name")
+                return ""
+        if k == n:
+            return None
+        if not k:
+            self._fail("no function name")
+            return ""
+        word = b[:k]
+        self._eat(k)
+        return word
+
+    def _until(self, lit: str, limit: int) -> str | None:
+        """The text before `lit` (both consumed), at most `limit` characters. None while `lit`
+        may still come; "" with `error` set when it cannot."""
+        b = self._buf
+        k = b.find(lit, 0, limit + len(lit))
+        if k < 0:
+            if len(b) >= limit + len(lit):
+                self._fail("no " + lit)
+                return ""
+            return None
+        head = b[:k]
+        self._eat(k + len(lit))
+        return head or " "  # not "" (which means failure)
+
+    def _start(self, name: str) -> None:
+        self.name = name
+        if self.stream:
+            self.out.append(("start", name, self._pos))
+
+    def _args(self, eof: bool) -> bool:
+        """Read the JSON arguments object; True once it is complete (arguments set)."""
+        if self._json is None:
+            self._json = JsonArgs(self.schemas, self.stream)
+            self._json.name = self.name
+            self._json_at = self._pos
+        js = self._json
+        piece = self._buf
+        fed_at = self._pos
+        js.feed(piece)
+        if eof and not (js.done or js.error):
+            js.finish()
+        base = self._json_at
+        for kind, text, rel in js.out:
+            self.out.append((kind, text, base + rel))
+        js.out.clear()
+        if js.error:
+            at = base + (js.resume if js.resume is not None else js._pos)
+            self.error, self.resume = js.error, at
+            return False
+        if not js.done:
+            self._buf, self._pos = "", fed_at + len(piece)
+            return False
+        end = base + js.end
+        self._buf = piece[end - fed_at :]
+        self._pos = end
+        self.arguments = js.arguments
+        return True
+
+    def _close(self, lit: str, eof: bool) -> bool:
+        """After the call: whitespace then `lit` (consumed), or anything else (left to the
+        channel, whitespace included), or the end of output. True when decided."""
+        b = self._buf
+        j = len(b) - len(b.lstrip(" \t\r\n"))
+        m = match_literal(b, j, lit)
+        if m == FULL:
+            self._eat(j + len(lit))
+        elif m == PREFIX and not eof:
+            return False
+        self.done, self.end = True, self._pos
+        return True
+
+
+__all__ = ["FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs"]
