@@ -202,6 +202,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
         self._starts: dict[str, float] = {}
+        self._upstream = upstream
         self._file = os.fdopen(fd, "w", encoding="utf-8")
         created = _dt.datetime.now(_dt.UTC).astimezone().isoformat(timespec="seconds")
         self._write(
@@ -248,6 +249,9 @@ class Recorder:
                 "dialect": dialect,
                 "stream_tools": stream_tools,
                 "tools": list(tools),
+                # --upstream: this request's time to first token includes the network.
+                **({"upstream": self._upstream, "ttft_includes_network": True}
+                   if self._upstream else {}),
             }
         )
 

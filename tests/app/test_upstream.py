@@ -247,8 +247,10 @@ def test_a_cut_stream_ends_with_an_error_event_and_the_recording_keeps_it(front)
     (req,) = session.requests
     assert req.text == "Short plan.\n</think>\n\nThe answer is"
     assert req.outcome[0] == "error" and "cut the stream" in (req.outcome[1] or "")
-    header = json.loads(live.state.service.recorder.path.read_text().splitlines()[0])
-    assert header["upstream"] == up.url and header["ttft_includes_network"] is True
+    header, request = (json.loads(line) for line in
+                       live.state.service.recorder.path.read_text().splitlines()[:2])
+    for rec in (header, request):  # the session, and each request, say where and how
+        assert rec["upstream"] == up.url and rec["ttft_includes_network"] is True
 
 
 def test_past_the_inflight_limit_429(front):
