@@ -3,6 +3,8 @@
     prism [gui] ...        the inspector window (app/gui.py)
     prism serve ...        the local server only (app/serve.py)
     prism parse ...        run the output parser over a file (app/parse.py)
+    prism doctor           versions, GPU support, model, paths and port, for bug reports
+    prism --version        the version
 
 Runs on the main thread. Each verb module exposes `add_arguments(parser)` and `run(args)`; only
 the chosen verb's module is imported, so `prism parse` never loads Qt or the model.
@@ -18,11 +20,19 @@ VERBS = {
     "gui": ("app.gui", "open the inspector window (the default)"),
     "serve": ("app.serve", "serve OpenAI / Anthropic / Responses APIs on localhost"),
     "parse": ("app.parse", "parse a model's raw output into reasoning, content and tool calls"),
+    "doctor": ("app.doctor", "print what a bug report needs: versions, GPU support, model, paths"),
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line on stderr (exit status 2), not the whole usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _usage() -> str:
-    lines = ["usage: prism [gui|serve|parse] [options]", "", "verbs:"]
+    lines = ["usage: prism [gui|serve|parse|doctor] [options] | prism --version", "", "verbs:"]
     lines += [f"  {verb:7} {help_text}" for verb, (_, help_text) in VERBS.items()]
     lines += ["", "`prism VERB --help` shows a verb's options; `prism` alone opens the window."]
     return "\n".join(lines)
@@ -33,10 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
+    if argv and argv[0] in ("-V", "--version"):
+        from app.doctor import version
+
+        print(f"prism {version('prism-inspector')}")
+        return 0
     verb = argv.pop(0) if argv and argv[0] in VERBS else "gui"
     mod_name, help_text = VERBS[verb]
     mod = importlib.import_module(mod_name)
-    p = argparse.ArgumentParser(prog=f"prism {verb}", description=help_text)
+    p = _Parser(prog=f"prism {verb}", description=help_text)
     mod.add_arguments(p)
     return int(mod.run(p.parse_args(argv)) or 0)
 

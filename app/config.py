@@ -60,6 +60,17 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     upstream.add_arguments(p)
 
 
+def port_number(text: str) -> int:
+    """--port: 0 (any free port) to 65535, or a one-line usage error (not a traceback)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {n}")
+    return n
+
+
 def _at_least_one(text: str) -> int:
     n = int(text)
     if n < 1:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.config import add_engine_arguments
+from app.config import add_engine_arguments, port_number
 
 if TYPE_CHECKING:  # the verbs share one parser: importing the engine here would slow `parse`
     from engine.service import Service
@@ -43,8 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_arguments(p)
     # None = "not given": the window plays recordings at 1×, the served replay is instant.
     p.set_defaults(replay_speed=None)
-    p.add_argument("--port", type=int, default=8421, help="server port (default 8421; 0 picks "
-                   "a free one)")
+    p.add_argument("--port", type=port_number, default=8421,
+                   help="server port (default 8421; 0 picks a free one)")
     p.add_argument("--no-server", action="store_true", help="do not start the HTTP server "
                    "(it can be switched on from the window)")
     p.add_argument("--screenshot", type=Path, metavar="FILE.png",

@@ -20,7 +20,7 @@ import os
 import sys
 
 from app.api.guard import api_key_arg, positive_int
-from app.config import add_engine_arguments, build_service
+from app.config import add_engine_arguments, build_service, port_number
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
 
@@ -28,7 +28,8 @@ REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; others need --api-key)")
-    p.add_argument("--port", type=int, default=8421, help="port (default 8421)")
+    p.add_argument("--port", type=port_number, default=8421,
+                   help="port (default 8421; 0 picks a free one)")
     p.add_argument("--api-key", default=os.environ.get("PRISM_API_KEY"), type=api_key_arg,
                    help="require this key (Authorization: Bearer KEY or x-api-key: KEY); "
                    "default: $PRISM_API_KEY")

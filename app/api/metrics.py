@@ -32,12 +32,13 @@ _ITL_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.
 
 
 class _SnapshotCollector:
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, model: str) -> None:
         self.service = service
+        self.model = model
 
     def collect(self):
         metrics = self.service.metrics
-        model = self.service.engine.name
+        model = self.model
         if metrics is None:
             return
         snap = metrics.snapshot()
@@ -90,9 +91,11 @@ class _SnapshotCollector:
 class PrometheusExporter:
     """A registry per app; observe() hooks it to the service's Metrics, close() unhooks it."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, model: str) -> None:
+        """`model`: the label of every series, the id /v1/models reports (AppState.model_id),
+        so a dashboard can join the two."""
         self.service = service
-        self.model = service.engine.name
+        self.model = model
         self.registry = CollectorRegistry()
         self.ttft = Histogram("prism_time_to_first_token_seconds",
                               "Time from submission to the first output token.", ["model"],
@@ -108,7 +111,7 @@ class PrometheusExporter:
         self._itl = self.itl.labels(self.model)
         self._ttft = self.ttft.labels(self.model)
         self._latency = self.latency.labels(self.model)
-        self.registry.register(_SnapshotCollector(service))
+        self.registry.register(_SnapshotCollector(service, model))
         self._attached = False
 
     def observe(self) -> None:

@@ -46,7 +46,7 @@ def version() -> str:
 
 
 def create_app(state: AppState) -> FastAPI:
-    exporter = metrics_api.PrometheusExporter(state.service)
+    exporter = metrics_api.PrometheusExporter(state.service, model=state.model_id)
     exporter.observe()
 
     @asynccontextmanager

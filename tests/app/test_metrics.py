@@ -53,7 +53,10 @@ def test_json_and_prometheus_after_known_traffic(serve):
     r = http.get("/metrics")
     assert r.headers["content-type"].startswith("text/plain")
     m = samples(r.text)
-    model = (("model", live.service.engine.name),)
+    # The label is the id /v1/models reports (issue 9, item 8), not the engine's file name.
+    model_id = live.http().get("/v1/models").json()["data"][0]["id"]
+    assert model_id == "qwen3-xml" != live.service.engine.name
+    model = (("model", model_id),)
     assert m[("prism_requests_started_total", model)] == 3
     assert m[("prism_requests_total", (("finish_reason", "stop"), *model))] == 2
     assert m[("prism_requests_total", (("finish_reason", "tool_calls"), *model))] == 1
@@ -79,6 +82,14 @@ def test_two_apps_keep_separate_registries(serve):
     a.openai().chat.completions.create(model="m", messages=ASK)
     ma = samples(a.http().get("/metrics").text)
     mb = samples(b.http().get("/metrics").text)
-    model = (("model", "replay"),)
+    model = (("model", "qwen3-xml"),)
     assert ma[("prism_request_latency_seconds_count", model)] == 1
     assert mb[("prism_request_latency_seconds_count", model)] == 0
+
+
+def test_the_model_label_follows_model_name(serve):
+    live = serve(PLAIN, model_name="my-model")
+    live.openai().chat.completions.create(model="m", messages=ASK)
+    assert live.http().get("/v1/models").json()["data"][0]["id"] == "my-model"
+    m = samples(live.http().get("/metrics").text)
+    assert m[("prism_request_latency_seconds_count", (("model", "my-model"),))] == 1

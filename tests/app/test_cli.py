@@ -1,0 +1,34 @@
+"""app/cli.py: the verbs' dispatcher as a user runs it: --version, and a usage error (a port out
+of range) as one line on stderr with status 2, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def prism(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, text=True,
+                          capture_output=True, timeout=60)
+
+
+def test_version():
+    r = prism("--version")
+    assert r.returncode == 0 and r.stdout == f"prism {metadata.version('prism-inspector')}\n"
+
+
+@pytest.mark.parametrize(("verb", "port", "why"), [
+    ("serve", "70000", "a port is 0 to 65535, not 70000"),
+    ("serve", "-1", "a port is 0 to 65535, not -1"),
+    ("gui", "http", "not a port number: 'http'"),
+])
+def test_a_bad_port_is_one_line(verb, port, why):
+    r = prism(verb, "--port", port)
+    assert r.returncode == 2
+    assert r.stderr == f"prism {verb}: argument --port: {why} (see prism {verb} --help)\n"

@@ -1,0 +1,47 @@
+"""app/doctor.py: `prism doctor` as a user runs it (a real subprocess): every line a bug report
+needs, and a busy port said to be in use."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def doctor(*args: str) -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-m", "app", "doctor", *args], cwd=ROOT, text=True,
+                         capture_output=True, timeout=120, check=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        label, _, value = line.partition("  ")
+        rows[label.strip()] = value.strip()
+    return rows
+
+
+def test_doctor_reports_what_a_bug_report_needs(default_model):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        rows = doctor("--port", str(port))
+    assert rows["prism"] == metadata.version("prism-inspector")
+    assert rows["python"].startswith(sys.version.split()[0])
+    assert rows["llama-cpp-python"] == metadata.version("llama_cpp_python")
+    assert rows["GPU offload"].startswith(("yes", "no"))
+    assert "CPU :" in rows["llama.cpp system"]
+    assert rows["Qt"] and rows["PySide6"]
+    assert rows["default model"].startswith(str(default_model))
+    assert rows["default model"].endswith(f"({default_model.stat().st_size / 2**20:.0f} MiB)")
+    assert rows["recordings"].endswith("sessions")
+    assert rows[f"port {port}"].startswith("in use")
+
+
+def test_a_free_port_is_free():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert doctor("--port", str(port))[f"port {port}"] == "free"
