@@ -219,6 +219,22 @@ def test_queue_limit_is_429_with_retry_after(serve):
     assert len(live.runs) == 2
 
 
+def test_a_waiting_request_whose_client_left_frees_its_place_at_once(serve):
+    # It used to count toward the 429 limit until the worker reached it (issue 9, item 8).
+    live = serve(LONG, LONG, speed=0.2, max_queue=1)
+    a, b = live.http(), live.http()
+    with a.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}):
+        wait_until(lambda: live.runs and live.runs[0].tokens)  # A is generating
+        with b.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}):
+            wait_until(lambda: live.service.engine.queue_depth() == 1)  # B waits behind A
+        # B's client hung up while B waited: its place is free while A still generates.
+        wait_until(lambda: live.service.engine.queue_depth() == 0)
+        assert not live.runs[0].done
+        with live.http().stream("POST", "/v1/chat/completions",
+                                json={**CHAT, "stream": True}) as rc:
+            assert rc.status_code == 200  # queued behind A, not 429
+
+
 # --- errors after the stream began, disconnects -----------------------------------------------
 
 
