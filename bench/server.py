@@ -3,6 +3,8 @@ server, on the default model. Prints its figures; not part of the test suite.
 
     python bench/server.py [--runs 5] [--max-tokens 128] [--n-ctx 2048] [--seed 42]
                            [--same-prompt] [--no-service] [--threads 1]
+    python bench/server.py --concurrency 1,2,4,8 [--runs 5] [--max-tokens 128] [--threads 1]
+                           (parallel sequences: bench/concurrency.py)
 
 Variants, each in its own process so peak memory is its own:
   A  raw `Llama.create_completion(stream=True)` in a worker process (no HTTP);
@@ -252,12 +254,19 @@ def main() -> int:
                     "engine+service and HTTP)")
     ap.add_argument("--threads", type=int, default=1,
                     help="llama.cpp threads in every variant (default 1; 0: library defaults)")
+    ap.add_argument("--concurrency", metavar="C,C,...",
+                    help="instead: C concurrent clients against prism serve --parallel, with a "
+                    "bare low-level decode loop as the ceiling (bench/concurrency.py)")
     ap.add_argument("--worker", choices=("raw", "service"), help=argparse.SUPPRESS)
     ap.add_argument("--record-to", default=os.devnull, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.n_ctx, args.record_to, args.threads or None)
         return 0
+    if args.concurrency:
+        from bench.concurrency import main as concurrency
+
+        return concurrency(args)
 
     from engine.packs import resolve_pack
 

@@ -1,0 +1,193 @@
+"""Parallel sequences benchmark (`python bench/server.py --concurrency 1,2,4,8`): what several
+clients at once get from `prism serve --parallel N`, against a bare low-level decode loop as the
+ceiling. Prints its figures; not part of the test suite.
+
+Measured, each a median over `--runs` rounds, on the default model with `--threads` (default 1)
+in every process:
+  bare   B sequences in one llama.cpp context (unified KV, as Prism), one token each per
+         `llama_decode`, greedy, in-process: aggregate decode tokens/s. The ceiling.
+  http   C concurrent streaming `openai` SDK clients against `prism serve --parallel max(C)`,
+         every client the same prompt ("same") or each its own ("diff"): aggregate tokens/s =
+         all tokens / (last token - first token, over all clients), and its ratio to bare at
+         B = C. Target: >= 0.9.
+  single one client on `--parallel 4` against one on `--parallel 1` (decode tokens/s).
+         Target: >= 0.97.
+  short  time to first token of a short request sent while a long one generates, on
+         `--parallel 1` (it waits for the long one) and `--parallel 4`. Target: < 1 s.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+from bench.server import ROOT, SAMPLING, free_port, wait_http
+
+LONG_Q = ("Write a long, detailed story about a lighthouse keeper who finds an old map hidden "
+          "in the wall. Describe the sea, the weather and the town.")
+
+
+def chatml(user: str) -> str:
+    return (f"<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+            f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def bare_loop(model: str, b: int, steps: int, threads: int) -> float:
+    """Aggregate decode tokens/s of B greedy sequences, one token each per llama_decode."""
+    import llama_cpp as C
+    from llama_cpp import _internals
+
+    mp = C.llama_model_default_params()
+    m = _internals.LlamaModel(path_model=model, params=mp, verbose=False)
+    cp = C.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.kv_unified = 2048, 512, 512, b, True
+    cp.n_threads = cp.n_threads_batch = threads
+    cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = _internals.LlamaContext(model=m, params=cp, verbose=False)
+    batch = C.llama_batch_init(512, 0, 1)
+    vocab = m.vocab
+    n_vocab = C.llama_vocab_n_tokens(vocab)
+    import numpy as np
+
+    def put(i, tok, pos, seq, logits):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
+        batch.seq_id[i][0], batch.logits[i] = seq, logits
+
+    pos, last, rows = [], [], []
+    n = 0
+    for s in range(b):  # prefill (not timed)
+        ids = m.tokenize(chatml(f"Story number {s}. {LONG_Q}").encode(), False, True)
+        for j, t in enumerate(ids):
+            put(n + j, t, j, s, j == len(ids) - 1)
+        n += len(ids)
+        pos.append(len(ids))
+        rows.append(n - 1)
+    batch.n_tokens = n
+    assert C.llama_decode(ctx.ctx, batch) == 0
+
+    def argmax(row: int) -> int:
+        return int(np.argmax(np.ctypeslib.as_array(C.llama_get_logits_ith(ctx.ctx, row),
+                                                   shape=(n_vocab,))))
+
+    last = [argmax(r) for r in rows]
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        for s in range(b):
+            put(s, last[s], pos[s], s, True)
+            pos[s] += 1
+        batch.n_tokens = b
+        assert C.llama_decode(ctx.ctx, batch) == 0
+        last = [argmax(s) for s in range(b)]
+    dt = time.perf_counter() - t0
+    C.llama_batch_free(batch)
+    ctx.close()
+    m.close()
+    return b * steps / dt
+
+
+class Server:
+    def __init__(self, parallel: int, threads: int, n_ctx: int) -> None:
+        import subprocess
+        import sys
+
+        import openai
+
+        self.parallel = parallel
+        port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve", "--pack", "smollm2", "--port", str(port),
+             "--n-ctx", str(n_ctx), "--no-record", "--log-level", "warning",
+             "--parallel", str(parallel), "--threads", str(threads)],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_http(f"http://127.0.0.1:{port}/health", self.proc)
+        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
+                                    max_retries=0, timeout=600)
+
+    def stream(self, prompt: str, max_tokens: int, seed: int, times: list[float]) -> None:
+        stream = self.client.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": prompt}],
+            max_tokens=max_tokens, seed=seed, stream=True, temperature=SAMPLING["temperature"],
+            top_p=SAMPLING["top_p"], extra_body={
+                k: SAMPLING[k] for k in ("top_k", "min_p", "repeat_penalty")})
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                times.append(time.perf_counter())
+
+    def close(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def clients(server: Server, c: int, same: bool, max_tokens: int, round_no: int) -> float:
+    """Aggregate tokens/s of C concurrent streaming clients."""
+    all_times: list[list[float]] = [[] for _ in range(c)]
+    threads = [threading.Thread(target=server.stream, args=(
+        f"Story number {round_no if same else round_no * 100 + i}. {LONG_Q}", max_tokens,
+        i, all_times[i])) for i in range(c)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flat = [t for ts in all_times for t in ts]
+    return (len(flat) - c) / (max(flat) - min(flat)) if len(flat) > c else 0.0
+
+
+def short_ttft(server: Server, round_no: int) -> float:
+    """TTFT (ms) of a short request sent once a long one has streamed 8 tokens."""
+    long_times: list[float] = []
+    t = threading.Thread(target=server.stream, args=(
+        f"Story number {round_no}. {LONG_Q}", 160, 1, long_times))
+    t.start()
+    while len(long_times) < 8:
+        time.sleep(0.005)
+    short_times: list[float] = []
+    t0 = time.perf_counter()
+    server.stream(f"Say hello ({round_no}).", 8, 2, short_times)
+    t.join()
+    return (short_times[0] - t0) * 1000.0
+
+
+def main(args) -> int:
+    from engine.packs import resolve_pack
+
+    model = str(resolve_pack("smollm2").gguf)
+    cs = sorted({int(x) for x in args.concurrency.split(",")})
+    threads = args.threads or 1
+    print(f"model SmolLM2-135M Q4_1, threads {threads}, max_tokens {args.max_tokens}, "
+          f"{args.runs} rounds, concurrency {cs}", flush=True)
+    bare = {b: statistics.median(bare_loop(model, b, args.max_tokens, threads)
+                                 for _ in range(args.runs)) for b in sorted({1, *cs})}
+    print("bare loop tok/s: " + "  ".join(f"B={b} {v:.1f} ({v / bare[1]:.2f}x)"
+                                          for b, v in bare.items()), flush=True)
+    rows = []
+    servers = {p: Server(p, threads, args.n_ctx) for p in sorted({1, 4, max(cs)})}
+    try:
+        for _ in range(1):  # warm-up
+            clients(servers[max(cs)], 1, True, 8, 0)
+        for c in cs:
+            for same in (True, False):
+                vals = [clients(servers[max(cs)], c, same, args.max_tokens, r)
+                        for r in range(1, args.runs + 1)]
+                rows.append((c, same, statistics.median(vals)))
+                print(f"http C={c} {'same' if same else 'diff'}: {rows[-1][2]:.1f} tok/s "
+                      f"({rows[-1][2] / bare[c]:.2f} x bare)", flush=True)
+        single = {p: statistics.median(clients(servers[p], 1, False, args.max_tokens, r)
+                                       for r in range(1, args.runs + 1)) for p in (1, 4)}
+        ttft = {p: statistics.median(short_ttft(servers[p], r) for r in range(1, args.runs + 1))
+                for p in (1, 4)}
+    finally:
+        for s in servers.values():
+            s.close()
+    print()
+    print(f"{'C':>3} {'prompts':>7} {'bare tok/s':>10} {'http tok/s':>10} {'x bare':>7} "
+          f"{'x one stream':>12}")
+    for c, same, v in rows:
+        print(f"{c:3d} {'same' if same else 'diff':>7} {bare[c]:10.1f} {v:10.1f} "
+              f"{v / bare[c]:7.2f} {v / single[1]:12.2f}")
+    print(f"\nsingle stream: --parallel 4 {single[4]:.1f} tok/s, --parallel 1 {single[1]:.1f} "
+          f"tok/s: {single[4] / single[1]:.3f}x (target >= 0.97)")
+    print(f"short request's TTFT beside a long generation: --parallel 1 {ttft[1]:.0f} ms, "
+          f"--parallel 4 {ttft[4]:.0f} ms (target < 1000 ms)")
+    return 0
