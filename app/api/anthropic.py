@@ -167,7 +167,7 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
 
 
 def stop_reason(run: Run) -> tuple[str, str | None]:
-    res = run.result
+    res = runs.reply_result(run)
     assert res is not None
     if res.finish_reason == "tool_calls":
         return "tool_use", None
@@ -209,7 +209,7 @@ async def messages(request: Request):
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [block_json(b) for b in blocks_of(run.events)],
+        "content": [block_json(b) for b in blocks_of(runs.reply_events(run))],
         "stop_reason": reason,
         "stop_sequence": seq,
         "usage": usage(run),
@@ -273,7 +273,7 @@ async def stream_events(run: Run, model: str) -> AsyncIterator[str]:
                     "delta": {"type": "input_json_delta", "partial_json": step.text}}))
         return "".join(out)
 
-    async for ev in run.stream():
+    async for ev in runs.reply_stream(run):
         steps = blocks.feed(ev)
         if steps:
             yield send(steps)

@@ -2,8 +2,9 @@
 
 Owns the request body models, their conversion to a `ChatRequest`, and the two reply shapes
 built from one run: a stream of `chat.completion.chunk`s (SSE, ending `data: [DONE]`) and a
-`chat.completion` built from `run.result`. Both come from the same parser events, so they
-cannot disagree. Runs on the asyncio loop's thread.
+`chat.completion` built from the run's result. Both come from the same parser events (as
+`runs.reply_stream` / `runs.reply_result` give them: a request without tools gets calls as
+text), so they cannot disagree. Runs on the asyncio loop's thread.
 
 Event -> delta: reasoning -> `reasoning_content` (or `reasoning`, or both: ServerConfig's
 `reasoning_field`), content -> `content`, tool_start -> a tool_calls entry with index, id,
@@ -219,7 +220,7 @@ async def chat_completions(request: Request):
 
 
 def completion(state: AppState, run: Run, model: str) -> dict:
-    res = run.result
+    res = runs.reply_result(run)
     assert res is not None
     message: dict[str, Any] = {"role": "assistant",
                                "content": res.content or (None if res.tool_calls else "")}
@@ -263,7 +264,7 @@ async def stream_chunks(state: AppState, run: Run, model: str,
 
     yield chunk({"role": "assistant", "content": ""})
     started: set[int] = set()
-    async for ev in run.stream():
+    async for ev in runs.reply_stream(run):
         kind = ev.kind
         if kind == CONTENT:
             if ev.text:
@@ -288,7 +289,7 @@ async def stream_chunks(state: AppState, run: Run, model: str,
     if err is not None:
         yield error_event(err)
         return
-    res = run.result
+    res = runs.reply_result(run)
     assert res is not None
     final = {**head, "choices": [{"index": 0, "delta": {}, "logprobs": None,
                                   "finish_reason": res.finish_reason}],

@@ -269,7 +269,7 @@ def response_json(run: Run, body: ResponsesBody, model: str, status: str,
 
 def outcome(run: Run, blocks: list[Block], schema: dict | None) -> tuple[str, dict]:
     """(status, the fields that go with it) of a finished run."""
-    res = run.result
+    res = runs.reply_result(run)
     assert res is not None
     extra: dict[str, Any] = {"usage": usage(run)}
     if res.finish_reason == "length":
@@ -296,7 +296,7 @@ async def responses(request: Request):
         return sse_response(run, Stream(run, body, model, schema).events(),
                             lambda err: error_event(err, 0))
     await runs.finished(request, run)
-    blocks = blocks_of(run.events)
+    blocks = blocks_of(runs.reply_events(run))
     status, extra = outcome(run, blocks, schema)
     return JSONResponse(response_json(run, body, model, status,
                                       [item_json(run, b) for b in blocks], **extra))
@@ -365,7 +365,7 @@ class Stream:
         yield self.event("response.created", response=start)
         yield self.event("response.in_progress", response=start)
         blocks = Blocks()
-        async for ev in run.stream():
+        async for ev in runs.reply_stream(run):
             steps = blocks.feed(ev)
             if steps:
                 yield self.steps(steps)

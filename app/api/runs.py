@@ -3,7 +3,12 @@
 Owns `submit` (429 with Retry-After past `ServerConfig.max_queue`; context overflow and template
 refusals become 400s), `wait` (a non-streamed request: wait for the run while watching for the
 client to go away, and cancel the job if it does), and the numbers every dialect reports from a
-finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`.
+finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`. And what the
+client is answered from: `reply_stream`, `reply_events`, `reply_result`. A request that declared
+no tools (or `tool_choice: "none"`) gets a call the model wrote anyway as text in the channel it
+stood in (engine/events.py, `CallsAsText`), so Open WebUI's background tasks never receive calls
+they cannot handle; the run itself, the inspector and the recording keep the call, counted as
+`unknown_tool` (issue 11, item 6). One rule for every dialect, streamed or not.
 
 Runs on the asyncio loop's thread, except `Service.submit` itself: rendering the template and
 tokenizing the prompt run in a worker thread (`asyncio.to_thread`), since a hostile template or
@@ -16,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+from collections.abc import AsyncIterator
 
 from fastapi import Request
 
 from app.api.errors import APIError, from_exception, kind_for_status
 from app.api.state import AppState
-from engine.events import REASONING
+from engine.events import REASONING, CallsAsText, Event, ParseResult, calls_as_text, result_of
 from engine.request import ChatRequest
 from engine.service import Run
 
@@ -77,6 +83,37 @@ async def submit(state: AppState, request: ChatRequest) -> Run:
 def _cancel_submitted(work: asyncio.Future) -> None:
     if not work.cancelled() and work.exception() is None:
         work.result().cancel()
+
+
+def _calls_as_text(run: Run) -> bool:
+    return not run.request.tools  # none declared, or tool_choice "none" (which drops them)
+
+
+async def reply_stream(run: Run) -> AsyncIterator[Event]:
+    """The run's events as the client is answered from them, as they come."""
+    if not _calls_as_text(run):
+        async for ev in run.stream():
+            yield ev
+        return
+    view = CallsAsText()
+    async for ev in run.stream():
+        for out in view.feed(ev):
+            yield out
+
+
+def reply_events(run: Run) -> list[Event]:
+    """The finished run's events as the client is answered from them."""
+    return calls_as_text(run.events) if _calls_as_text(run) else run.events
+
+
+def reply_result(run: Run) -> ParseResult:
+    """The finished run's result as the client sees it (`finish_reason` "tool_calls" only when
+    a call reaches the client)."""
+    res = run.result
+    assert res is not None
+    if not _calls_as_text(run) or not res.tool_calls:
+        return res
+    return result_of(reply_events(run), run.finish.reason if run.finish else "stop")
 
 
 async def _drain(run: Run) -> None:
