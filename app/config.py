@@ -56,6 +56,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-gpu-layers", type=int, default=0,
                    help="layers to offload to Metal/CUDA when llama-cpp-python was built for it")
     p.add_argument("--no-record", action="store_true", help="do not record requests")
+    p.add_argument("--escape-special", action="store_true",
+                   help="tokenize message content as plain text, so a special token a user "
+                   "types (<|im_start|>...) is not read as a control token")
     p.add_argument("--record-to", type=Path, help="session file (default: the user data dir)")
     upstream.add_arguments(p)
 
@@ -123,4 +126,6 @@ def build_service(args: argparse.Namespace) -> Service:
         recorder = Recorder(args.record_to or default_session_path(),
                             model=engine.name, pack=pack.name,
                             upstream=engine.base if args.upstream else "")
-    return Service(engine, pack, metrics=Metrics(engine), recorder=recorder)
+    service = Service(engine, pack, metrics=Metrics(engine), recorder=recorder)
+    service.escape_special = args.escape_special  # engine/special.py
+    return service

@@ -40,6 +40,9 @@ REPAIRED_CALL = "repaired_call"  # a call accepted only after a repair (its text
 # Only in pass-through mode (app/api/tap.py): the upstream's own parser left a call or a think
 # tag in its reasoning or content. Not a parser outcome, so not among ANOMALY_KINDS.
 UPSTREAM_LEAK = "upstream_leak"
+# Counted by the service when message content holds special tokens that would be parsed as
+# control tokens (engine/special.py): a finding about the prompt, not a parser outcome.
+SPECIAL_TOKEN_IN_CONTENT = "special_token_in_content"
 ANOMALY_KINDS = (
     IMPLICIT_REASONING_END,
     STRAY_THINK_END,

@@ -87,11 +87,18 @@ class LlamaEngine(QueuedEngine):
 
     # -- any thread ------------------------------------------------------------------------
 
-    def tokenize(self, text: str, limit: int | None = None) -> list[int]:
+    def tokenize(self, text: str, limit: int | None = None,
+                 plain: Sequence[tuple[int, int]] = ()) -> list[int]:
         """The prompt's tokens. Any thread, never waits for a generation; linear in the text.
         With `limit`, raises PromptTooLong (a ValueError) once the prompt is known to have
-        `limit` tokens or more, often before tokenizing it at all."""
-        return self._vocab.tokenize(text, limit)
+        `limit` tokens or more, often before tokenizing it at all. Special tokens written
+        inside the `plain` (start, end) spans stay text (--escape-special)."""
+        return self._vocab.tokenize(text, limit, plain)
+
+    @property
+    def special_texts(self) -> tuple[str, ...]:
+        """The texts of the vocabulary's special tokens (engine/special.py marks them)."""
+        return self._vocab.special_texts
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self._vocab.detokenize(ids)

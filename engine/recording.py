@@ -43,6 +43,7 @@ from engine.base import Finish, Timings, Token
 from engine.dialects import NAMES as DIALECTS
 from engine.events import ParseResult
 from engine.request import STREAM_TOOLS, ChatRequest, Message, Sampling
+from engine.special import PromptMarks
 
 log = logging.getLogger("prism")
 
@@ -80,6 +81,8 @@ class RecordedRequest:
     t: float = 0.0
     dialect: str = ""  # the tool-call dialect it was parsed with ("" in older files)
     error: str | None = None
+    content_specials: tuple[tuple[int, int], ...] = ()  # special tokens from message content
+    special_escaped: bool = False  # tokenized as text (--escape-special)
 
     @property
     def text(self) -> str:
@@ -233,6 +236,7 @@ class Recorder:
         stream_tools: bool = STREAM_TOOLS,
         tools: tuple[dict, ...] | list[dict] = (),
         t0: float | None = None,
+        marks: PromptMarks | None = None,
     ) -> None:
         t0 = time.perf_counter() if t0 is None else t0
         with self._lock:
@@ -252,6 +256,11 @@ class Recorder:
                 # --upstream: this request's time to first token includes the network.
                 **({"upstream": self._upstream, "ttft_includes_network": True}
                    if self._upstream else {}),
+                # Special tokens the messages brought into the prompt (engine/special.py):
+                # their (start, end) in "prompt", the first MAX_MARKS of them.
+                **({"content_specials": [list(s) for s in marks.specials],
+                    "content_specials_n": marks.n_specials, "special_escaped": marks.escaped}
+                   if marks is not None and marks.n_specials else {}),
             }
         )
 
@@ -322,6 +331,9 @@ class _Builder:
                 "stream_tools": bool(rec.get("stream_tools", STREAM_TOOLS)),
                 "tools": tuple(rec.get("tools") or ()),
                 "t": float(rec.get("t", 0.0)),
+                "content_specials": tuple((int(a), int(b))
+                                          for a, b in rec.get("content_specials") or ()),
+                "special_escaped": bool(rec.get("special_escaped", False)),
             }
             # Register only once every field parsed, so a bad record leaves no trace.
             self.order.append(rid)

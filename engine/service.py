@@ -16,6 +16,7 @@ queue on a timer).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import queue
@@ -25,9 +26,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
-from engine import tool_grammar
+from engine import special, tool_grammar
 from engine.base import Engine, Finish, Job, Timings, Token
-from engine.events import Event, ParseResult, result_of
+from engine.events import SPECIAL_TOKEN_IN_CONTENT, Event, ParseResult, result_of
 from engine.families import start_state
 from engine.metrics import Metrics
 from engine.packs import Pack
@@ -100,6 +101,8 @@ class Run:
         # What was wrong with the request itself, for the inspector: "tools_ignored" when the
         # pack's template does not show the request's tools to the model (issue 9, item 4).
         self.notes: tuple[str, ...] = ()
+        # Special tokens that came from message content, not the template (engine/special.py).
+        self.marks: special.PromptMarks = special.NONE
 
     # consumers ------------------------------------------------------------------------------
 
@@ -176,6 +179,7 @@ class Service:
                                      eos_token=pack.eos_token)
         self.metrics = metrics
         self.recorder = recorder
+        self.escape_special = False  # --escape-special: message content tokenized as text
         self._listeners: list[Callable[[RunUpdate], None]] = []
 
     def add_listener(self, fn: Callable[[RunUpdate], None]) -> None:
@@ -205,6 +209,15 @@ class Service:
                         "(%d characters)", ms, len(request.messages), len(prompt))
         return prompt
 
+    def mark_specials(self, request: ChatRequest, prompt: str) -> special.PromptMarks:
+        """The special tokens the messages brought into `prompt`; with `escape_special`
+        (--escape-special) their spans are tokenized as plain text."""
+        escape = self.escape_special and hasattr(self.engine, "special_texts")
+        return special.mark(
+            prompt, request.messages,
+            lambda msgs: self.render(dataclasses.replace(request, messages=msgs)),
+            getattr(self.engine, "special_texts", None), escape=escape)
+
     def count_tokens(self, request: ChatRequest) -> int:
         return len(self.engine.tokenize(self.render(request)))
 
@@ -212,7 +225,9 @@ class Service:
         """Render and queue a request; raises TemplateError or ContextOverflow (before any
         work is queued, so the caller can answer with a clean error)."""
         prompt = self.render(request)
-        ids = self.engine.tokenize(prompt)
+        marks = self.mark_specials(request, prompt)
+        ids = (self.engine.tokenize(prompt, plain=marks.spans) if marks.escaped
+               else self.engine.tokenize(prompt))
         n_prompt = len(ids)
         n_ctx = self.engine.n_ctx
         if n_prompt >= n_ctx:  # only a prompt that does not fit is refused
@@ -231,6 +246,7 @@ class Service:
         start, dialect = (self.engine.prepare(job, request)
                           or (start_state(prompt, self.pack.dialect), ""))
         run = Run(self, request, prompt, start, n_prompt, dialect or self.pack.dialect)
+        run.marks = marks
         if request.tools and not self.template.renders_tools:
             run.notes = (TOOLS_IGNORED,)
             log.warning("[prism] %s: the chat template of pack %s does not show tools, so the "
@@ -244,11 +260,18 @@ class Service:
             self.recorder.request(
                 run.id, request, prompt, start_state=run.start_state, api=request.api,
                 stream_tools=request.stream_tools, tools=request.tools, t0=job.submitted_at,
-                dialect=run.parser.dialect,
+                dialect=run.parser.dialect, marks=marks,
             )
         # Counted only once nothing about the request can fail any more: a request the
         # recorder refused must not stay "running" in the metrics (issue 10, item 5).
         run.pipeline.start(request.api, self.engine.name, n_prompt)
+        if marks.n_specials and not marks.escaped:
+            first = " ".join(marks.texts(prompt))
+            log.warning("[prism] %s: %d special tokens in message content were read as "
+                        "control tokens (first: %s); --escape-special keeps them as text",
+                        run.id, marks.n_specials, first)
+            if self.metrics is not None:
+                self.metrics.anomaly(run.id, SPECIAL_TOKEN_IN_CONTENT, first)
         self._notify(RunUpdate(run, "start"))
         self.engine.submit(job)
         return run

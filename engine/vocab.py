@@ -106,10 +106,17 @@ class Vocab:
 
     # -- any thread ------------------------------------------------------------------------
 
-    def tokenize(self, text: str, limit: int | None = None) -> list[int]:
+    @property
+    def special_texts(self) -> tuple[str, ...]:
+        return tuple(self._specials)
+
+    def tokenize(self, text: str, limit: int | None = None,
+                 plain: Sequence[tuple[int, int]] = ()) -> list[int]:
         """Prompt tokens: special tokens parsed, BOS added once if the model wants one (chat
         templates often write it themselves). With `limit`, raises PromptTooLong as soon as
-        the prompt is known to have `limit` tokens or more."""
+        the prompt is known to have `limit` tokens or more. A special token that starts inside
+        one of the sorted `plain` (start, end) spans is left as text (--escape-special: the
+        message content's spans, engine/special.py)."""
         data_len = len(text.encode("utf-8")) if limit is not None else 0
         if limit is not None:
             strip = self._lstrip or self._rstrip
@@ -121,7 +128,7 @@ class Vocab:
         with self._lock:
             vocab = self._open().vocab
             ids: list[int] = []
-            for kind, part in self._parts(text):
+            for kind, part in self._parts(text, plain):
                 if kind == "special":
                     ids.append(part)
                 else:
@@ -166,7 +173,7 @@ class Vocab:
             raise RuntimeError("engine is closed")
         return self._model
 
-    def _parts(self, text: str):
+    def _parts(self, text: str, plain: Sequence[tuple[int, int]] = ()):
         """("text", str) and ("special", id) pieces, in order; empty texts skipped."""
         if self._split is None:
             if text:
@@ -174,7 +181,12 @@ class Vocab:
             return
         pos = 0
         strip_left = False
+        j = 0
         for m in self._split.finditer(text):
+            while j < len(plain) and plain[j][1] <= m.start():
+                j += 1
+            if j < len(plain) and plain[j][0] <= m.start():
+                continue  # inside message content that is to stay text
             special = m.group()
             left = text[pos:m.start()]
             if strip_left:

@@ -94,6 +94,8 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
             metrics=metrics,
             origin=name,
             recorded_result=req.result,
+            content_specials=req.content_specials,
+            special_escaped=req.special_escaped,
         )
         reason, error = req.outcome
         items.append(Item(track, req.tokens, reason, req.timings, error))

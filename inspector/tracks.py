@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine.base import Timings, Token
-from engine.events import ANOMALY, ANOMALY_KINDS, Event, ParseResult, result_of
+from engine.events import (
+    ANOMALY,
+    ANOMALY_KINDS,
+    SPECIAL_TOKEN_IN_CONTENT,
+    Event,
+    ParseResult,
+    result_of,
+)
 from engine.metrics import Metrics
 from engine.parser import OutputParser
 from engine.pipeline import TokenPipeline
@@ -69,6 +76,10 @@ class Track:
     timings: Timings | None = None
     result: ParseResult | None = None
     recorded_result: dict | None = None  # what the recording said, for re-parse diffs
+    # Special tokens that came from message content, (start, end) in `prompt`; escaped: they
+    # were tokenized as text (--escape-special), so they are not an anomaly (engine/special.py)
+    content_specials: tuple[tuple[int, int], ...] = ()
+    special_escaped: bool = False
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
     notes: tuple[str, ...] = ()  # about the request itself: Run.notes ("tools_ignored")
     released: bool = False
@@ -80,6 +91,12 @@ class Track:
 
     def __post_init__(self) -> None:
         self.state = self.state or self.start_state
+        self._count_prompt()
+
+    def _count_prompt(self) -> None:
+        """The prompt's own anomaly, which no output event carries."""
+        if self.content_specials and not self.special_escaped:
+            self.anomalies[SPECIAL_TOKEN_IN_CONTENT] = 1
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -157,6 +174,7 @@ class Track:
         self.tokens, self.events = [], []
         self._raw, self._raw_n, self._events_end = "", 0, 0
         self.anomalies = dict.fromkeys(ANOMALY_KINDS, 0)
+        self._count_prompt()
         self.state, self.status = self.start_state, "queued"
         self.finish_reason = self.error = self.timings = self.result = None
         self.generation += 1
@@ -343,6 +361,8 @@ class LiveFeed:
             request=req,
             metrics=self.service.metrics,
             origin="live",
+            content_specials=run.marks.specials,
+            special_escaped=run.marks.escaped,
             notes=run.notes,
             submitted=run.job.submitted_at if run.job and run.job.submitted_at
             else time.perf_counter(),

@@ -1,8 +1,10 @@
 """The prompt view: the rendered prompt a request sent to the model, and its token count.
 
 Owns `PromptView`. Special tokens and tags (`<|im_start|>`, `<think>`, `<tool_call>`, ...) are
-drawn in the markup colour so the template's structure shows; a note says whether the prompt
-left `<think>` open (the parser's start state). GUI thread only; reads tracks.
+drawn in the markup colour so the template's structure shows; special tokens that came from
+message content (`Track.content_specials`, engine/special.py) in the anomaly colour. A note
+says whether the prompt left `<think>` open (the parser's start state). GUI thread only; reads
+tracks.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from engine.events import SPECIAL_TOKEN_IN_CONTENT
 from inspector.tracks import Track
 from widgets.text_pane import TextPane
 from widgets.theme import MUTED, TEXT, formats
@@ -47,13 +50,24 @@ class PromptView(QWidget):
             return
         prompt = track.prompt
         f = formats()
+        # A special token the messages wrote is marked as the anomaly (or drawn as the plain
+        # text it was tokenized as, with --escape-special); the template's own as markup.
+        from_content = f.plain(TEXT) if track.special_escaped \
+            else f.anomaly(SPECIAL_TOKEN_IN_CONTENT)
+        marks = [(a, b, from_content) for a, b in track.content_specials]
+        starts = {a for a, _, _ in marks}
+        marks += [(m.start(), m.end(), f.state("markup")) for m in _SPECIAL.finditer(prompt)
+                  if m.start() not in starts]
+        marks.sort(key=lambda mark: mark[0])
         self.pane.begin()
         try:
             pos = 0
-            for m in _SPECIAL.finditer(prompt):
-                self.pane.append(prompt[pos : m.start()], f.plain(TEXT))
-                self.pane.append(m.group(), f.state("markup"))
-                pos = m.end()
+            for a, b, fmt in marks:
+                if a < pos:
+                    continue
+                self.pane.append(prompt[pos:a], f.plain(TEXT))
+                self.pane.append(prompt[a:b], fmt)
+                pos = b
             self.pane.append(prompt[pos:], f.plain(TEXT))
         finally:
             self.pane.end_batch()
@@ -63,5 +77,9 @@ class PromptView(QWidget):
         start = "open <think>: parsing starts in reasoning" if track.start_state == "reasoning" \
             else "parsing starts in content"
         tokens = f"{n} tokens" if n else "token count not recorded"
+        found = ""
+        if track.content_specials:
+            how = "kept as text" if track.special_escaped else "read as control tokens"
+            found = f" · special tokens in message content: {how}"
         self.label.setText(f"Prompt · {tokens} · {len(prompt)} chars · {start}"
-                           f" · dialect {track.dialect}")
+                           f" · dialect {track.dialect}{found}")

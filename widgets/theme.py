@@ -15,6 +15,7 @@ from engine.events import (
     IMPLICIT_REASONING_END,
     MALFORMED_CALL,
     REPAIRED_CALL,
+    SPECIAL_TOKEN_IN_CONTENT,
     STRAY_THINK_END,
     UNFINISHED_CALL,
     UNKNOWN_TOOL,
@@ -49,6 +50,7 @@ ANOMALY_LABELS = {
     UNKNOWN_TOOL: "unknown tool",
     REPAIRED_CALL: "repaired call",
     UPSTREAM_LEAK: "upstream leak",
+    SPECIAL_TOKEN_IN_CONTENT: "special token in content",
 }
 ANOMALY_TIPS = {
     IMPLICIT_REASONING_END: "Implicit end of thinking: a <tool_call> began on its own line inside "
@@ -64,6 +66,9 @@ ANOMALY_TIPS = {
     "value).",
     UPSTREAM_LEAK: "Upstream leak (--tap): the upstream's own parser left a tool call or a think "
     "tag in the reasoning or content it returned; Prism's parser found it there.",
+    SPECIAL_TOKEN_IN_CONTENT: "Special token in message content: a message (not the chat "
+    "template) wrote a control token such as <|im_start|>, and it was read as one, so a user "
+    "can switch roles or end turns. --escape-special tokenizes message content as plain text.",
 }
 
 # Notes on a request itself (Run.notes), shown as badges beside the anomalies.
