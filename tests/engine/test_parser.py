@@ -360,6 +360,32 @@ def test_union_declared_string_keeps_raw_text_and_equivalent_schemas_agree(note_
         assert not anomalies(res)
 
 
+def test_vllm_anyof_vector():
+    # vLLM's test_extract_tool_calls_anyof_type_conversion (Qwen3-Coder parser), as written
+    # there: values on the tag's line, Optional[...] as anyOf and as a type list.
+    tools = [{"type": "function", "function": {"name": "test_anyof", "parameters": {
+        "type": "object", "properties": {
+            "anyof_int": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "anyof_str": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "anyof_array": {"anyOf": [{"type": "array", "items": {"type": "string"}},
+                                      {"type": "null"}]},
+            "anyof_obj": {"anyOf": [{"type": "object"}, {"type": "null"}]},
+            "type_as_array": {"type": ["integer", "null"]},
+            "multi_non_null": {"anyOf": [{"type": "string"}, {"type": "integer"},
+                                         {"type": "null"}]}}}}}]
+    text = ("<tool_call>\n<function=test_anyof>\n<parameter=anyof_int>5</parameter>\n"
+            "<parameter=anyof_str>hello</parameter>\n"
+            '<parameter=anyof_array>["a", "b", "c"]</parameter>\n'
+            '<parameter=anyof_obj>{"key": "value"}</parameter>\n'
+            "<parameter=type_as_array>42</parameter>\n"
+            "<parameter=multi_non_null>some text</parameter>\n</function>\n</tool_call>")
+    res = parse_all_ways(text, start="content", tools=tools)
+    assert res.tool_calls[0].arguments == {
+        "anyof_int": 5, "anyof_str": "hello", "anyof_array": ["a", "b", "c"],
+        "anyof_obj": {"key": "value"}, "type_as_array": 42, "multi_non_null": "some text"}
+    assert not anomalies(res)
+
+
 def test_optional_string_streams_before_it_is_complete():
     value = "a long note that streams as it is written"
     text = _xml(f"<parameter=note>\n{value}\n</parameter>\n", name="save")
