@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from engine.events import IMPLICIT_REASONING_END, STRAY_THINK_END, merge
+from engine.events import IMPLICIT_REASONING_END, REPAIRED_CALL, STRAY_THINK_END, merge
 from tests.widgets.conftest import DEMO, fragments, play_all, recorded_failures
 from widgets.theme import ANOMALY, HELD, STATE
 
@@ -164,3 +164,31 @@ def test_recorded_failures_are_marked(window, tmp_path, stream_tools):
         model = window.log.model
         assert model.data(model.index(row, 9)) == "implicit end×1"
         assert model.data(model.index(row, 8)) == "tool_calls"
+
+
+@pytest.mark.parametrize("stream_tools", [True, False])
+def test_a_repaired_call_is_marked_with_its_repairs(window, tmp_path, stream_tools):
+    # A drifted closer and a Python literal (issue 11): the call is accepted, and the tools
+    # pane, the raw view and the request row say it was repaired, and how.
+    p = tmp_path / "repaired.txt"
+    p.write_text("Check.\n</think>\n\nOn it.\n<function=f>\n<parameter=a>\nx\n</parameter1>\n"
+                 "<parameter=b>\n{'k': True}\n</parameter>\n</function>", encoding="utf-8")
+    pb = window.playback
+    pb.set_speed(0.0)
+    items = pb.open(p, play=False)
+    items[0].track.stream_tools = stream_tools
+    pb.play()
+    window.frame()
+    track = items[0].track
+    assert track.anomalies[REPAIRED_CALL] == 1
+    assert track.result.tool_calls[0].arguments == {"a": "x", "b": "{'k': True}"}  # no schema
+    window.log.select(track)
+    marks = [(t, f) for t, f in fragments(window.channels.panes["call"])
+             if f.property(ANOMALY) == REPAIRED_CALL]
+    assert marks and "repaired call" in marks[0][0]
+    assert marks[0][1].toolTip().startswith("Repaired call")
+    assert "no <tool_call>, drifted </parameter>" in marks[0][1].toolTip()
+    flagged = [t for t, f in fragments(window.raw.raw) if f.property(ANOMALY) == REPAIRED_CALL]
+    assert "".join(flagged).startswith("<function=f>")
+    model = window.log.model
+    assert model.data(model.index(0, 9)) == "repaired call×1"
