@@ -55,6 +55,13 @@ CASES: dict[str, Case] = {
         "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
         '<|message|>{"city": "Paris", "days": 2}<|call|>',
         "Need the weather for Paris.", "Checking."),
+    # What the engine really hands over: <|call|> and <|return|> are end-of-generation tokens
+    # in gpt-oss's vocabulary, so the output stops before them (engine/batch.py).
+    "harmony-ended-by-eog": Case(
+        "<|channel|>analysis<|message|>Need the weather for Paris.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+        '<|message|>{"city": "Paris", "days": 2}',
+        "Need the weather for Paris.", ""),
     "harmony-answer": Case(
         "<|channel|>analysis<|message|>Simple greeting.<|end|>"
         "<|start|>assistant<|channel|>final<|message|>Hello there.<|return|>",
