@@ -24,6 +24,7 @@ import asyncio
 import codecs
 import contextlib
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -43,6 +44,7 @@ from engine.request import ChatRequest
 from engine.service import Run
 from engine.upstream import UpstreamEngine
 
+log = logging.getLogger("prism")
 router = APIRouter()
 # Not forwarded either way: they describe one connection, not the message.
 HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
@@ -194,19 +196,43 @@ class Tapped:
             self.n_out += 1
             self.job.on_token(Token(-1, piece, now))
 
+    def read(self, events: list[dict]) -> None:
+        """Feed streamed events to the run. Whatever goes wrong here must not disturb what is
+        relayed: the run ends with the error and reads no more."""
+        try:
+            for obj in events:
+                if self.reader is None:
+                    return
+                self.reader.event(obj)
+                self.flush()
+        except Exception as e:
+            log.exception("[prism] --tap: reading the upstream's answer failed")
+            self.reader = None
+            self.end("error", f"reading the upstream's answer failed: {type(e).__name__}: {e}")
+
     def end(self, reason: str, error: str | None = None, status: int | None = None) -> None:
-        if self.job is None or self.reader is None:
+        """Finish the run (once). Never raises: the relay to the caller must not break."""
+        if self.job is None:
             return
-        self.reader.end()
-        self.flush()
         job, self.job = self.job, None
-        end = time.perf_counter()
-        t_first = self.t_first or end
-        job.on_finish(Finish(reason, Timings(
-            prompt_ms=(t_first - self.start) * 1000.0, ttft_ms=(t_first - self.start) * 1000.0,
-            decode_ms=(end - t_first) * 1000.0 if self.n_out else 0.0,
-            prompt_tokens=self.run.prompt_tokens if self.run else 0, output_tokens=self.n_out,
-        ), error, status=status))
+        try:
+            if self.reader is not None:
+                self.reader.end()
+                piece = self.reader.synth.pieces()
+                if piece:
+                    self.n_out += 1
+                    job.on_token(Token(-1, piece, time.perf_counter()))
+            end = time.perf_counter()
+            t_first = self.t_first or end
+            job.on_finish(Finish(reason, Timings(
+                prompt_ms=(t_first - self.start) * 1000.0,
+                ttft_ms=(t_first - self.start) * 1000.0,
+                decode_ms=(end - t_first) * 1000.0 if self.n_out else 0.0,
+                prompt_tokens=self.run.prompt_tokens if self.run else 0,
+                output_tokens=self.n_out,
+            ), error, status=status))
+        except Exception:
+            log.exception("[prism] --tap: finishing the run failed")
 
 
 class SSESplitter:
@@ -254,11 +280,17 @@ async def tap(request: Request):
                        f"(the limit is {state.config.max_queue}); retry later",
                        code="rate_limit_exceeded", headers={"Retry-After": "1"})
     raw = await request.body()
-    tapped = await Tapped.open(state, engine, path, raw)
     url = engine.upstream.root + path + (f"?{request.url.query}" if request.url.query else "")
+    # Forwarded first: the run is opened (its template rendered) while the upstream works.
     relay = Relay(engine.upstream, url, raw, forward_headers(request, state, engine.upstream,
                                                              path))
     engine.taps += 1
+    try:
+        tapped = await Tapped.open(state, engine, path, raw)
+    except BaseException:
+        engine.taps -= 1
+        relay.cancel()
+        raise
     first = await relay.get()
     if first[0] == "error":
         engine.taps -= 1
@@ -291,9 +323,7 @@ async def relay_body(engine: TapEngine, relay: Relay, tapped: Tapped,
             data = item[1]
             yield data  # first to the caller, unchanged; then read
             if tapped.reader is not None and tapped.stream and status < 400:
-                for obj in sse.feed(data):
-                    tapped.reader.event(obj)
-                    tapped.flush()
+                tapped.read(sse.feed(data))
             else:
                 whole += data  # a whole JSON answer, or an error body
             if tapped.cancelled:
@@ -302,10 +332,12 @@ async def relay_body(engine: TapEngine, relay: Relay, tapped: Tapped,
             tapped.end("error", f"the upstream answered {status}: "
                        f"{whole.decode('utf-8', 'replace')[:500]}", status)
         elif tapped.reader is not None:
-            if not tapped.stream:
-                with contextlib.suppress(ValueError):
-                    tapped.reader.whole(json.loads(bytes(whole)))
             reader = tapped.reader
+            if not tapped.stream:
+                try:
+                    reader.whole(json.loads(bytes(whole)))
+                except Exception as e:  # not the JSON its API answers: shown as an error
+                    reader.error = f"unreadable answer: {type(e).__name__}: {e}"
             tapped.end("error" if reader.error else reader.reason, reader.error,
                        502 if reader.error else None)
         ended = True

@@ -42,13 +42,14 @@ ASK = [{"role": "user", "content": "Weather in Paris for three days, as JSON."}]
 class LlamaCppServer:
     """`python -m llama_cpp.server` on the default model, on a free loopback port."""
 
-    def __init__(self, gguf: Path, log: Path) -> None:
+    def __init__(self, gguf: Path, log: Path, *extra: str) -> None:
         self.port = free_port()
         self.log = log
         with log.open("w") as out:  # a file, not a pipe: llama.cpp's load log would fill one
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host",
-                 "127.0.0.1", "--port", str(self.port), "--n_ctx", "1024", "--n_threads", "1"],
+                 "127.0.0.1", "--port", str(self.port), "--n_ctx", "1024", "--n_threads", "1",
+                 *extra],
                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + 120
         while True:
