@@ -95,7 +95,12 @@ def detect(template: str) -> Detection:
 
 
 def reasoning_markers(dialect: str) -> tuple[str, str] | None:
-    """A dialect's (opener, closer) of reasoning; `<think>` for qwen-xml, hermes-json, auto."""
+    """A dialect's (opener, closer) of reasoning: the parser's own (the dialect module's
+    MARKERS) once the dialect is registered, else the family table's; `<think>` for qwen-xml,
+    hermes-json and auto."""
+    if dialect in dialects.DIALECTS or dialect == "auto":
+        m = dialects.markers(dialect)
+        return (m.think_open, m.think_close) if m.think_open and m.think_close else None
     fam = BY_DIALECT.get(dialect)
     return fam.reasoning if fam is not None else THINK
 

@@ -73,6 +73,15 @@ def test_start_state_per_family(dialect, prompt, want):
     assert start_state(prompt, dialect) == want
 
 
+def test_registered_dialects_agree_with_the_family_table():
+    """The table's reasoning markers (used before a family's parser exists) are the parser's."""
+    for fam in FAMILIES:
+        if fam.dialect in dialects.DIALECTS:
+            m = dialects.markers(fam.dialect)
+            want = (m.think_open, m.think_close) if m.think_open else None
+            assert fam.reasoning == want, fam.dialect
+
+
 def test_preserved_tokens_come_from_the_dialect_modules():
     for name in dialects.NAMES:
         listed = preserved_tokens(name)
