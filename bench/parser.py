@@ -1,7 +1,8 @@
 """Parser benchmark: 1-character feeds per second on a realistic 1 MB output, and the cost of
-1 MB over the cost of 100 kB (linearity). Prints its figures; not part of the test suite.
+1 MB over the cost of 100 kB (linearity), for the Qwen3 output (Qwen XML and Hermes JSON calls)
+and for each model family's own markup. Prints its figures; not part of the test suite.
 
-    python bench/parser.py [--mb 1.0]
+    python bench/parser.py [--mb 1.0] [--family NAME ...]
 """
 
 from __future__ import annotations
@@ -59,20 +60,56 @@ def realistic_output(size: int, seed: int = 0) -> str:
     return "".join(parts)[:size]
 
 
-def feed_chars(text: str, stream_tools: bool) -> float:
-    p = OutputParser(start="reasoning", tools=TOOLS, stream_tools=stream_tools, id_prefix="")
+def _harmony(rng: random.Random, i: int) -> str:
+    head = "<|channel|>analysis<|message|>" + _prose(rng, 4) + "<|end|><|start|>assistant"
+    if i % 2:
+        args = {"cmd": "ls -la /tmp && echo done", "timeout": 30}
+        return (head + "<|channel|>commentary to=functions.run <|constrain|>json<|message|>"
+                + json.dumps(args) + "<|call|>")
+    return (head + "<|channel|>final<|message|>" + _prose(rng, 3)
+            + "\n\n```python\nprint('<|channel|>')\n```\n<|return|>")
+
+
+# family -> (start state, one turn of realistic output); turns repeat up to the size asked.
+FAMILIES = {
+    "harmony": ("content", _harmony),
+}
+
+
+def family_output(family: str, size: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    turn = FAMILIES[family][1]
+    parts, total, i = [], 0, 0
+    while total < size:
+        i += 1
+        parts.append(turn(rng, i))
+        total += len(parts[-1])
+    return "".join(parts)[:size]
+
+
+def feed_chars(text: str, stream_tools: bool, dialect: str = "auto",
+               start: str = "reasoning") -> float:
+    p = OutputParser(start=start, dialect=dialect, tools=TOOLS, stream_tools=stream_tools,
+                     id_prefix="")
     feed = p.feed
-    t0 = time.perf_counter()
+    # CPU time, not wall time: on a shared machine the load would otherwise be the figure.
+    t0 = time.process_time()
     for ch in text:
         feed(ch)
     p.finish()
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=1.0)
+    ap.add_argument("--family", action="append", choices=sorted(FAMILIES),
+                    help="only these families (default: the Qwen3 output and every family)")
     args = ap.parse_args()
+    if args.family:
+        for fam in args.family:
+            bench_family(fam, int(args.mb * 1_000_000))
+        return
     big = realistic_output(int(args.mb * 1_000_000))
     small = big[: len(big) // 10]
     print(f"output: {len(big):,} chars, {big.count('<tool_call>')} tool-call tags, "
@@ -88,6 +125,19 @@ def main() -> None:
     p.feed(big)
     p.finish()
     print(f"whole 1 MB in one feed: {(time.perf_counter() - t0) * 1000:.1f} ms")
+    for fam in FAMILIES:
+        bench_family(fam, int(args.mb * 1_000_000))
+
+
+def bench_family(family: str, size: int) -> None:
+    start = FAMILIES[family][0]
+    big = family_output(family, size)
+    small = big[: len(big) // 10]
+    for st in (False, True):
+        t_small = min(feed_chars(small, st, family, start) for _ in range(3))
+        t_big = min(feed_chars(big, st, family, start) for _ in range(3))
+        print(f"{family:12} stream_tools={st!s:5}: {len(big) / t_big:,.0f} feeds/s; "
+              f"cost(1 MB)/cost(100 kB) = {t_big / t_small:.2f}")
 
 
 if __name__ == "__main__":

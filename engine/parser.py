@@ -69,6 +69,25 @@ _WINDOW = 4096  # a call body is fed in windows so a huge chunk is never copied 
 NO_CALL_OPEN = "no <tool_call>"  # the repair of a bare `<function=` call (repaired_call's text)
 
 
+# (dialect, which tags `_tag` tried) -> every text that is only the start of one of them
+_PREFIXES: dict[tuple, frozenset[str]] = {}
+
+
+def _tag_prefixes(mk, dialect: str, key: tuple[bool, bool, bool, bool]) -> frozenset[str]:
+    close_on, calls_on, bare_on, frame_on = key
+    tried = [mk.think_close] if close_on else []
+    if calls_on:
+        tried += mk.calls
+    if bare_on:
+        tried.append(qwen_xml.OPENER)
+    if frame_on:
+        tried += [*mk.markup, *([mk.think_open] if mk.reopen else [])]
+    every = [t for t in (mk.think_close, *mk.calls, *mk.markup, mk.think_open, qwen_xml.OPENER)
+             if t]
+    out = {t[:k] for t in tried if t for k in range(1, len(t))}
+    return frozenset(p for p in out if not any(p.startswith(t) for t in every))
+
+
 class Tag(Enum):
     """What a `<` in the text turned out to be (`OutputParser._tag`)."""
 
@@ -128,6 +147,8 @@ class OutputParser:
         # end): a bare `<function=` right under it is the rest of that quoted markup.
         self._code_above = False
         self._handoff: tuple[str, int, int] | None = None  # a call's body, set with Tag.CALL
+        self._pending = -1  # index in _buf of a tag `_tag` held back as undecided (-1: none)
+        self._hold_key: tuple[bool, bool, bool, bool] = (False, False, False, False)
         # call state
         self._call = None
         self._call_index = 0
@@ -163,6 +184,9 @@ class OutputParser:
         out = self._out = []
         if not text:
             return out
+        if self._pending >= 0 and self._call is None and self._still_pending(text):
+            return out
+        self._pending = -1
         pos = self._total
         self._total = pos + len(text)
         self._pump(text, 0, pos, eof=False)
@@ -335,13 +359,19 @@ class OutputParser:
         mk = self._mk
         undecided = False
         close = mk.think_close
-        if close and (chan == REASONING or not quoted):
+        calls_on = not quoted and (chan == CONTENT or md.line_start)
+        bare_on = (calls_on and chan == CONTENT and md.line_start and not self._code_above
+                   and self.dialect in ("auto", qwen_xml.NAME))
+        frame_on = chan == CONTENT and not quoted and bool(mk.markup or mk.reopen)
+        close_on = bool(close) and (chan == REASONING or not quoted)
+        self._hold_key = (close_on, calls_on, bare_on, frame_on)
+        if close_on:
             m = match_literal(buf, i, close)
             if m == FULL:
                 self._think_close(i)
                 return _TAG
             undecided = m == PREFIX
-        if not quoted and (chan == CONTENT or md.line_start):
+        if calls_on:
             for opener in mk.calls:
                 m = match_literal(buf, i, opener)
                 if m == FULL:
@@ -356,8 +386,7 @@ class OutputParser:
                         undecided = undecided or found == PREFIX
                 elif m == PREFIX:
                     undecided = True
-            if (chan == CONTENT and md.line_start and not self._code_above
-                    and self.dialect in ("auto", qwen_xml.NAME)):
+            if bare_on:
                 # A bare `<function=` at a line start in the answer: the Qwen3-Coder family
                 # sometimes skips `<tool_call>` (issue 11); repaired if its body is a call.
                 m = qwen_xml.match_opener(buf, i)
@@ -366,10 +395,28 @@ class OutputParser:
                     return _CALL
                 undecided = undecided or m == PREFIX
         if undecided and not eof:
+            self._pending = i
             return _HOLD
-        if chan == CONTENT and not quoted and (mk.markup or mk.reopen):
+        if frame_on:
             return self._frame_tag(buf, i, eof)
         return _TEXT
+
+    def _still_pending(self, text: str) -> bool:
+        """Feed's second fast path: the held text is the start of a tag, and with `text` it is
+        still only the start of one (no tag complete, some tag still possible), so `_tag` would
+        hold it again. Then `text` is just buffered: a long tag fed a character at a time is
+        not decided again per character."""
+        key = (self.dialect, self._hold_key)
+        prefixes = _PREFIXES.get(key)
+        if prefixes is None:
+            prefixes = _PREFIXES[key] = _tag_prefixes(self._mk, self.dialect, self._hold_key)
+        if self._buf[self._pending :] + text not in prefixes:
+            return False
+        e = self._emit_from
+        self._load(text, 0, self._total)
+        self._pending -= e
+        self._total += len(text)
+        return True
 
     def _frame_tag(self, buf: str, i: int, eof: bool) -> Tag:
         """In the answer, a family's message-frame tag (Harmony's `<|start|>assistant`,
@@ -396,12 +443,12 @@ class OutputParser:
                 self._text(CONTENT, self._emit_from, i)
                 self._text(MARKUP, i, end)
                 self._emit_from = end
-                self._nl_from = -1
-                self._md.line_start = True  # a frame tag begins a message
+                self._reset_md(line_start=True)  # a message begins: no fence, at a line start
                 self._eat_nl = True
                 return _TAG
             undecided = undecided or m == PREFIX
         if undecided and not eof:
+            self._pending = i
             return _HOLD
         return _TEXT
 
@@ -418,8 +465,7 @@ class OutputParser:
             # The family's closer also ends its answer messages (Harmony's `<|end|>`): markup.
             self._text(CONTENT, self._emit_from, i)
             self._text(MARKUP, i, end)
-            self._nl_from = -1
-            self._md.line_start = True
+            self._reset_md(line_start=True)
         else:
             # Stray </think> in the answer (rule 5): drop it, keep streaming. The newlines
             # before it stay answer text; those after it go with the dropped tag.

@@ -112,3 +112,35 @@ def test_call_shapes_chunking_never_changes_events(text, chunks, opts, stream):
     check_invariants(text, pieces)
     assert merge(pieces) == merge(whole)
     assert result_of(whole) == result_of(run(text, stream_tools=not stream, **opts))
+
+
+# Model families (issue 12): each family's own markers mixed with quoting and JSON pieces, so
+# every rule (implicit end, quoted markup, stray closers, frames) meets every chunking.
+FAMILY_PIECES = {
+    "harmony": [
+        "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant", "<|call|>",
+        "<|channel|>final<|message|>", "<|channel|>commentary<|message|>", "<|return|>",
+        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>",
+        " to=functions.f<|channel|>commentary json<|message|>", "<|channel|>", "<|", "to=",
+        "functions.", '{"a": [1, "x"]}', '{"a": ',
+    ],
+}
+SHARED_PIECES = ["```", "`", "\n", "\n\n", " ", "x", "hello world", "é", "{", "}", '"', "<",
+                 "42", "[", "]"]
+family_cases = st.sampled_from(sorted(FAMILY_PIECES)).flatmap(lambda d: st.tuples(
+    st.just(d), st.lists(st.sampled_from(SHARED_PIECES + FAMILY_PIECES[d]), max_size=40)
+    .map("".join)))
+
+
+@given(case=family_cases, chunks=chunkings, start=st.sampled_from(["reasoning", "content"]),
+       tools=st.sampled_from([(), TOOLS]), stream=st.booleans())
+def test_families_chunking_never_changes_events(case, chunks, start, tools, stream):
+    dialect, text = case
+    opts = {"start": start, "dialect": dialect, "tools": tools}
+    whole = run(text, stream_tools=stream, **opts)
+    pieces = run(text, chunks, stream_tools=stream, **opts)
+    ones = run(text, [1] * len(text), stream_tools=stream, **opts)
+    for events in (whole, pieces, ones):
+        check_invariants(text, events)
+    assert merge(pieces) == merge(whole) == merge(ones)
+    assert result_of(whole) == result_of(run(text, stream_tools=not stream, **opts))
