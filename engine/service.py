@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import itertools
 import logging
 import queue
@@ -37,6 +38,7 @@ from engine.pipeline import TokenPipeline
 from engine.recording import Recorder
 from engine.request import ChatRequest
 from engine.template import ChatTemplate
+from engine.vocab import PromptTooLong
 
 log = logging.getLogger("prism")
 TOOLS_IGNORED = "tools_ignored"  # a Run note: the template did not show the request's tools
@@ -180,6 +182,7 @@ class Service:
         self.metrics = metrics
         self.recorder = recorder
         self.escape_special = False  # --escape-special: message content tokenized as text
+        self._tokenize_limit = "limit" in inspect.signature(engine.tokenize).parameters
         self._listeners: list[Callable[[RunUpdate], None]] = []
 
     def add_listener(self, fn: Callable[[RunUpdate], None]) -> None:
@@ -218,6 +221,18 @@ class Service:
             lambda msgs: self.render(dataclasses.replace(request, messages=msgs)),
             getattr(self.engine, "special_texts", None), escape=escape)
 
+    def _prompt_ids(self, prompt: str, marks: special.PromptMarks, n_ctx: int,
+                    max_tokens: int | None) -> list[int]:
+        """The prompt's tokens; an engine that takes a `limit` (engine/vocab.py) refuses a
+        prompt that cannot fit before tokenizing all of it (issue 10, item 1)."""
+        kw: dict = {"plain": marks.spans} if marks.escaped else {}
+        if self._tokenize_limit:
+            kw["limit"] = n_ctx
+        try:
+            return self.engine.tokenize(prompt, **kw)
+        except PromptTooLong as e:
+            raise ContextOverflow(n_ctx, e.at_least, max_tokens) from None
+
     def count_tokens(self, request: ChatRequest) -> int:
         return len(self.engine.tokenize(self.render(request)))
 
@@ -226,10 +241,9 @@ class Service:
         work is queued, so the caller can answer with a clean error)."""
         prompt = self.render(request)
         marks = self.mark_specials(request, prompt)
-        ids = (self.engine.tokenize(prompt, plain=marks.spans) if marks.escaped
-               else self.engine.tokenize(prompt))
-        n_prompt = len(ids)
         n_ctx = self.engine.n_ctx
+        ids = self._prompt_ids(prompt, marks, n_ctx, request.max_tokens)
+        n_prompt = len(ids)
         if n_prompt >= n_ctx:  # only a prompt that does not fit is refused
             raise ContextOverflow(n_ctx, n_prompt, request.max_tokens)
         # What remains of the context caps the reply (it ends with "length" there), whatever
