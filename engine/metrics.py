@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.base import Timings
+from engine.base import Engine, Timings
 from engine.events import ANOMALY_KINDS, IMPLICIT_REASONING_END, REPAIRED_CALL
 
 log = logging.getLogger("prism")
@@ -75,7 +75,7 @@ class Metrics:
 
     def __init__(
         self,
-        engine: Any = None,
+        engine: Engine | None = None,
         *,
         max_requests: int = 200,
         max_points: int = 1000,
@@ -256,11 +256,14 @@ class Metrics:
             self._trim(t)
             running = [r.id for r in self._live.values() if r.state == "generating"]
             slots = self._slots()
-            state = getattr(eng, "state", None) or ("generating" if self._live else "idle")
+            if eng is not None:
+                state, model, n_ctx = eng.state, eng.name, eng.n_ctx
+            else:
+                state, model, n_ctx = ("generating" if self._live else "idle"), "", 0
             return {
                 "engine": {
-                    "model": getattr(eng, "name", ""),
-                    "n_ctx": getattr(eng, "n_ctx", 0),
+                    "model": model,
+                    "n_ctx": n_ctx,
                     "state": state,
                 },
                 "live": {
@@ -318,7 +321,7 @@ class Metrics:
                 return int(eng.busy_slots()), int(eng.parallel)
         except Exception:  # a closed engine must not break metrics
             return 0, 1
-        busy = getattr(eng, "state", "") == "generating" if eng is not None else bool(self._live)
+        busy = eng.state == "generating" if eng is not None else bool(self._live)
         return int(busy), 1
 
     def _add_point(self, name: str, t: float, value: float) -> None:
