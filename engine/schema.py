@@ -5,7 +5,7 @@ Owns the one reading of a tool's `parameters` JSON schema that the call dialects
 of JSON types a parameter accepts (through `type` strings and lists, `anyOf` / `oneOf` /
 `allOf`, local `$ref`s into `$defs` / `definitions`, `enum`, `const` and OpenAPI's `nullable`),
 the names it declares, and `convert()`, which types one raw value. Pure functions, no state;
-run by whichever thread drives the parser (docs/design.md, section "The parser", rule 7).
+run by whichever thread drives the parser (docs/design.md, section 4 "The parser", rule 7).
 
 Equivalent schemas resolve to the same type set, so they give the same arguments: the value is
 typed by the set, never by how the schema spells it.

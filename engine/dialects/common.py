@@ -67,7 +67,7 @@ class CallBody:
         self.resume: int | None = None  # where the channel's text resumes after an error
         self.name: str | None = None
         self.arguments: dict = {}
-        # What had to be repaired to accept the call (docs/design.md, section "The parser"):
+        # What had to be repaired to accept the call (docs/design.md, section 4 "The parser"):
         # the parser reports a non-empty list once per accepted call as `repaired_call`.
         self.repairs: list[str] = []
 

@@ -3,7 +3,7 @@
 Owns the incremental reader of one call body (the text after `<tool_call>`, or a bare
 `<function=` the parser found in the answer). Run by whichever thread drives the parser.
 
-Rules (docs/design.md, section "The parser", rule 7): a value ends at the first `</parameter>`
+Rules (docs/design.md, section 4 "The parser", rule 7): a value ends at the first `</parameter>`
 followed, after whitespace, by `<parameter=` or `</function>`, so values may contain
 `</parameter>`. One leading and one trailing newline of a value are stripped. Repaired, and
 noted in `repairs` (the parser counts `repaired_call`): a missing `</parameter>` before
