@@ -265,6 +265,16 @@ def test_a_request_a_crash_cut_off_replays_what_was_recorded(serve, tmp_path):
     assert reply.choices[0].finish_reason == "length"  # not a 500 (issue 10, item 9)
 
 
+def test_a_request_the_recording_does_not_hold_is_a_400_saying_so(serve, broken_recording):
+    live = serve(broken_recording)
+    other = [{"role": "user", "content": "Something never recorded"}]
+    with pytest.raises(openai.BadRequestError) as err:
+        live.openai().chat.completions.create(model="m", messages=other)
+    assert "no recorded request" in err.value.message  # not another request's output
+    r = live.http().post("/v1/messages", json={"model": "m", "max_tokens": 5, "messages": other})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_error_after_streaming_began_is_a_final_error_event(serve, broken_recording):
     live = serve(broken_recording)
     got = ""
