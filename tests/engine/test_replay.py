@@ -50,8 +50,11 @@ class Collector:
         return self.finish
 
 
-def run(engine: ReplayEngine, **kw) -> Collector:
+def run(engine: ReplayEngine, request: ChatRequest | None = None, **kw) -> Collector:
+    """Play one job to its end; with a request, prepared for it first (as the service does)."""
     c = Collector(**kw)
+    if request is not None:
+        engine.prepare(c.job, request)
     engine.submit(c.job)
     c.wait()
     return c
@@ -299,14 +302,6 @@ FOLLOW_UP = ChatRequest(messages=(*CHAT.messages,
                                   Message("tool", "sunny", tool_call_id="call_1")))
 
 
-def ask(engine: ReplayEngine, request: ChatRequest) -> Collector:
-    c = Collector()
-    engine.prepare(c.job, request)
-    engine.submit(c.job)
-    c.wait()
-    return c
-
-
 @pytest.fixture
 def agent_session(tmp_path: Path) -> Path:
     """What an agent's client sent, in this order: the chat, its title, the tool result."""
@@ -325,15 +320,15 @@ def agent_session(tmp_path: Path) -> Path:
 def test_each_request_gets_the_output_recorded_for_its_conversation(make, agent_session):
     eng = make(agent_session)
     # The title request reaches the server first now: it must not take the chat's tool call.
-    assert ask(eng, TITLE).text == "Paris weather"
+    assert run(eng, TITLE).text == "Paris weather"
     # the client sends back another call id than the recording holds: still the same turn
     follow_up = ChatRequest(messages=tuple(
         Message(m.role, m.content, tool_calls=tuple(
             {**c, "id": "call_9"} for c in m.tool_calls), tool_call_id=m.tool_call_id
             and "call_9") for m in FOLLOW_UP.messages), tools=CHAT.tools)
-    assert ask(eng, follow_up).text == "It is sunny."
-    assert ask(eng, CHAT).text == "<tool_call>call</tool_call>"
-    assert ask(eng, CHAT).text == "<tool_call>call</tool_call>"  # a repeat, the same answer
+    assert run(eng, follow_up).text == "It is sunny."
+    assert run(eng, CHAT).text == "<tool_call>call</tool_call>"
+    assert run(eng, CHAT).text == "<tool_call>call</tool_call>"  # a repeat, the same answer
 
 
 def test_the_last_user_message_matches_when_the_conversation_differs(make, agent_session):
@@ -341,12 +336,12 @@ def test_the_last_user_message_matches_when_the_conversation_differs(make, agent
     other_system = ChatRequest(messages=(Message("system", "Be terse."),
                                          Message("user", "Weather in Paris?")))
     # the chat and its follow-up share the last user message: the first unused, in order
-    assert ask(eng, other_system).text == "<tool_call>call</tool_call>"
-    assert ask(eng, other_system).text == "It is sunny."
+    assert run(eng, other_system).text == "<tool_call>call</tool_call>"
+    assert run(eng, other_system).text == "It is sunny."
 
 
 def test_a_request_the_recording_does_not_hold_is_a_clear_error(make, agent_session):
-    c = ask(make(agent_session), ChatRequest(messages=(Message("user", "Hello?"),)))
+    c = run(make(agent_session), ChatRequest(messages=(Message("user", "Hello?"),)))
     assert c.tokens == [] and (c.finish.reason, c.finish.status) == ("error", 400)
     assert "no recorded request" in c.finish.error and "'Hello?'" in c.finish.error
 
@@ -362,13 +357,13 @@ def test_plain_text_keeps_its_order_and_can_go_to_tool_requests_only(make, tmp_p
         paths.append(tmp_path / f"{i}.txt")
         paths[-1].write_text(text, encoding="utf-8")
     eng = make(*paths)
-    assert [ask(eng, TITLE).text, ask(eng, CHAT).text] == ["first", "second"]
+    assert [run(eng, TITLE).text, run(eng, CHAT).text] == ["first", "second"]
     only = ReplayEngine(paths, tools_only=True)
     try:
-        title = ask(only, TITLE)
+        title = run(only, TITLE)
         assert (title.finish.reason, title.finish.status) == ("error", 400)
         assert "--replay-tools-only" in title.finish.error
-        assert [ask(only, CHAT).text, ask(only, CHAT).text] == ["first", "second"]
+        assert [run(only, CHAT).text, run(only, CHAT).text] == ["first", "second"]
         assert only.prepare(Collector().job, CHAT) is None  # plain text: the pack decides
     finally:
         only.close()
