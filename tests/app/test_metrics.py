@@ -93,3 +93,20 @@ def test_the_model_label_follows_model_name(serve):
     assert live.http().get("/v1/models").json()["data"][0]["id"] == "my-model"
     m = samples(live.http().get("/metrics").text)
     assert m[("prism_request_latency_seconds_count", (("model", "my-model"),))] == 1
+
+
+def test_repaired_calls_are_counted_by_kind(serve):
+    # A missing </parameter> (issue 11): the call is accepted and `repaired_call` counted.
+    repaired = "Go.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n" \
+               "</function>\n</tool_call>"
+    live = serve(repaired)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    resp = live.openai().chat.completions.create(model="m", messages=ASK, tools=tools)
+    assert resp.choices[0].message.tool_calls[0].function.arguments == '{"city": "Rome"}'
+    http = live.http()
+    assert http.get("/metrics", params={"format": "json"}).json()["totals"]["anomalies"][
+        "repaired_call"] == 1
+    m = samples(http.get("/metrics").text)
+    kinds = {dict(k[1])["kind"]: v for k, v in m.items() if k[0] == "prism_anomalies_total"}
+    assert kinds["repaired_call"] == 1 and kinds["unknown_tool"] == 0
