@@ -70,9 +70,24 @@ def _harmony(rng: random.Random, i: int) -> str:
             + "\n\n```python\nprint('<|channel|>')\n```\n<|return|>")
 
 
+def _think(rng: random.Random, i: int, call: str) -> str:
+    """A `<think>` family's output, turn by turn: reasoning first, then answer text with
+    fenced code, every other turn a call."""
+    out = _prose(rng, 6) + "\n</think>\n\n" if i == 1 else ""
+    out += _prose(rng, 4) + "\n\n```python\nprint('<tool_call>')\n```\n\n"
+    return out + (call + "\n" if i % 2 else "")
+
+
+def _deepseek(rng: random.Random, i: int) -> str:
+    args = json.dumps({"cmd": "ls -la /tmp && echo done", "timeout": 30})
+    return _think(rng, i, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>run<｜tool▁sep｜>" + args
+                  + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
+
+
 # family -> (start state, one turn of realistic output); turns repeat up to the size asked.
 FAMILIES = {
     "harmony": ("content", _harmony),
+    "deepseek": ("reasoning", _deepseek),
 }
 
 

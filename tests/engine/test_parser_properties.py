@@ -124,6 +124,11 @@ FAMILY_PIECES = {
         " to=functions.f<|channel|>commentary json<|message|>", "<|channel|>", "<|", "to=",
         "functions.", '{"a": [1, "x"]}', '{"a": ',
     ],
+    "deepseek": [
+        "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function",
+        "<｜tool▁sep｜>", "f", "\n```json\n", "```", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>",
+        '{"a": [1, "x"]}', '{"a": ', "<｜tool", "<｜",
+    ],
 }
 SHARED_PIECES = ["```", "`", "\n", "\n\n", " ", "x", "hello world", "é", "{", "}", '"', "<",
                  "42", "[", "]"]
