@@ -6,9 +6,9 @@ rendered prompt says, unless the engine replays a recorded output (`Engine.prepa
 parsed as it was when recorded. The engine thread then calls back per token: the token goes
 through the run's own per-token pipeline (engine/pipeline.py: its parser, the recorder, the
 metrics), and the resulting events are fanned out to the run's consumers (a blocking iterator,
-an asyncio queue, the GUI's listeners). So every consumer sees the same events, and a non-
-streamed reply is built from exactly what a streamed one sent. See docs/design.md, section 5
-"Engines, service, pipeline".
+an asyncio queue, the GUI's listeners). So every consumer sees the same events, and a
+non-streamed reply is built from exactly what a streamed one sent. See docs/design.md, section
+5 "Engines, service, pipeline".
 
 Threads: `submit`/`cancel`/iteration from any thread; token and finish callbacks on the engine
 thread; listeners are called on the engine thread and must only enqueue (the GUI drains its
