@@ -198,6 +198,7 @@ class UpstreamEngine:
         self._transport = transport
         self._lock = threading.Lock()
         self._inflight: set[Job] = set()
+        self._relays = 0  # `call`s running (the engine loop's thread only)
         self._closed = False
         self._loop = asyncio.new_event_loop()
         self._client: httpx.AsyncClient | None = None
@@ -254,7 +255,14 @@ class UpstreamEngine:
         """Run `coro_fn(client, *args)` on the engine's loop with its HTTP client (the
         pass-through mode, app/api/tap.py, relays on this loop too); cancelling the returned
         future cancels it."""
-        return asyncio.run_coroutine_threadsafe(coro_fn(self._client, *args), self._loop)
+        async def counted() -> Any:
+            self._relays += 1
+            try:
+                return await coro_fn(self._client, *args)
+            finally:
+                self._relays -= 1
+
+        return asyncio.run_coroutine_threadsafe(counted(), self._loop)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -289,7 +297,7 @@ class UpstreamEngine:
             # Only while idle: a stream in flight already tells whether the upstream answers,
             # and llama-cpp-python's server interrupts a running completion whenever another
             # request (even GET /v1/models) comes in.
-            if not self._inflight:
+            if not self._inflight and not self._relays:
                 await self.discover()
             self.ready.set()
             await asyncio.sleep(self._probe_s)

@@ -301,7 +301,9 @@ async def tap(request: Request):
         tapped.end("error", message, 504 if timeout else 502)
         raise APIError("gateway_timeout" if timeout else "bad_gateway", message)
     _, status, up_headers = first
-    headers = {k: v for k, v in up_headers.items() if k.lower() not in HOP}
+    # uvicorn writes its own Date and Server: the upstream's would be second copies.
+    headers = {k: v for k, v in up_headers.items()
+               if k.lower() not in HOP and k.lower() not in ("date", "server")}
     return StreamingResponse(relay_body(engine, relay, tapped, status), status_code=status,
                              headers=headers)
 

@@ -35,6 +35,7 @@ from app.upstream import upstream_pack
 from engine.families import preserved_tokens
 from engine.metrics import Metrics
 from engine.recording import Recorder, read_session
+from engine.replay import ReplayEngine
 from engine.service import Service
 from engine.upstream import UpstreamEngine
 from tests.app.conftest import TOOLS, Live
@@ -251,6 +252,9 @@ def test_a_cut_stream_ends_with_an_error_event_and_the_recording_keeps_it(front)
                        live.state.service.recorder.path.read_text().splitlines()[:2])
     for rec in (header, request):  # the session, and each request, say where and how
         assert rec["upstream"] == up.url and rec["ttft_includes_network"] is True
+    replay = ReplayEngine([live.state.service.recorder.path])  # and it replays as any other
+    assert replay.outputs == ["Short plan.\n</think>\n\nThe answer is"]
+    replay.close()
 
 
 def test_past_the_inflight_limit_429(front):

@@ -189,3 +189,31 @@ def test_an_upstream_killed_mid_stream(default_model, tmp_path):
         live.thread.stop()
         recorder.close()
         server.stop()
+
+
+def test_tap_in_front_of_llama_cpp_server(upstream, tmp_path):
+    from app.api.tap import TapEngine
+
+    engine = TapEngine(UpstreamEngine(upstream.url))
+    assert engine.ready.wait(10)
+    service = Service(engine, resolve_pack("smollm2", require_model=False),
+                      metrics=Metrics(engine))
+    runs = []
+    service.add_listener(lambda u: runs.append(u.run) if u.kind == "start" else None)
+    body = {"model": "m", "messages": ASK, "max_tokens": 16, "temperature": 0, "stream": True}
+    try:
+        with ServerThread(AppState(service=service)) as server, \
+                httpx.Client(timeout=120) as http:
+            through = http.post(server.url + "/v1/chat/completions", json=body)
+    finally:
+        engine.close()
+    assert through.status_code == 200
+    events = [json.loads(line[6:]) for line in through.text.splitlines()
+              if line.startswith("data: {")]
+    content = "".join(e["choices"][0]["delta"].get("content") or ""
+                      for e in events if e.get("choices"))
+    assert content  # llama_cpp.server's own answer, relayed (its SSE lines end in CRLF)
+    (run,) = runs
+    assert run.wait(10) is not None
+    assert run.result.content == content.strip("\n")  # the window shows what it answered
+    assert run.result.anomalies.get("upstream_leak", 0) == 0
