@@ -6,7 +6,7 @@ engine/llama.py: `admit(job)` puts a job in a free slot, `step()` decodes one ba
 batch holds one new token for every generating sequence plus prompt chunks for sequences still
 in prefill, so a long prompt never stalls the others for more than one chunk, and a cancel
 (checked before every step) ends one job without disturbing the others (docs/design.md,
-section "Parallel sequences").
+sections 3 and 5; README, "The engine").
 
 The KV cache is llama.cpp's unified one: one pool of `n_ctx` cells that the sequences share,
 so one request can still use the whole context beside the others (fixed slices of n_ctx / N

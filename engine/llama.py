@@ -8,7 +8,7 @@ threads may call `submit`, `tokenize`, `detokenize`, `queue_depth`, `busy_slots`
 `close`. The queue / worker / cancel / close half (`QueuedEngine`) and the UTF-8 and
 stop-string half (`StopGate`) live in engine/queued.py, shared with engine/replay.py.
 
-Choices made on purpose (docs/design.md, section "Parallel sequences"):
+Choices made on purpose (docs/design.md, sections 3 and 5):
 
 - `parallel` sequences share one context; jobs wait FIFO while every slot is busy (the server
   answers 429 past `--max-queue` waiting ones). `parallel=1` is the old one-at-a-time engine:

@@ -10,7 +10,7 @@ the output), except exactly those the pack's dialect lists (`preserved`, llama.c
 gpt-oss's `<|channel|>` or Kimi's `<|tool_call_begin|>` are special tokens, and the parser
 must see them as text (docs/design.md, section "Model families").
 
-Tokenizing is linear in the text (docs/design.md, section "Hardening"). llama.cpp's own
+Tokenizing is linear in the text (issue 10: one request must not freeze the server). llama.cpp's own
 tokenizer splits the text at special tokens by walking a linked list from its head for every
 match, so its cost grows with the square of the number of special tokens: 1.9 MB of
 `<|im_start|>` froze a server for 43 s. We split the text ourselves with one regex over the
