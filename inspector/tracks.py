@@ -38,7 +38,7 @@ from engine.events import (
 from engine.metrics import Metrics
 from engine.parser import OutputParser
 from engine.pipeline import TokenPipeline
-from engine.request import ChatRequest
+from engine.request import STREAM_TOOLS, ChatRequest
 from engine.service import Run, RunUpdate, Service
 
 FIXTURE_FORMAT = "prism-fixture"
@@ -61,7 +61,7 @@ class Track:
     start_state: str = "reasoning"
     dialect: str = "auto"  # the parser's dialect (qwen-xml, hermes-json, auto)
     tools: tuple = ()
-    stream_tools: bool = True
+    stream_tools: bool = STREAM_TOOLS
     request: ChatRequest | dict | None = None  # the live request, or its recorded dict
     metrics: Metrics | None = None  # where its chart points go (the live or playback ones)
     origin: str = ""  # "live", or the recording it was played from
