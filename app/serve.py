@@ -3,10 +3,13 @@
     prism serve [--host 127.0.0.1] [--port 8421] [--pack NAME | --model FILE.gguf |
                 --replay FILE...] [--api-key KEY] [--no-record]
                 [--reasoning-field reasoning_content|reasoning|both] [--max-queue N]
+                [--n-ctx N] [--max-tokens N] [--log-level LEVEL]
 
-Owns `add_arguments` and `run`. Binding anything but a loopback address without an API key
-is refused before the model loads: the server runs code-adjacent tools' requests and spends
-the machine's compute, so it must not be open to a network by accident. Runs on the main
+Owns `add_arguments` and `run`. Everything it says goes to stderr: the banner, the context
+size, uvicorn's lines and one line per refused request (issue 9, item 2). Binding anything
+but a loopback address without an API key is refused before the model loads: the server runs
+code-adjacent tools' requests and spends the machine's compute, so it must not be open to a
+network by accident. Runs on the main
 thread: `asyncio.run` around uvicorn's `Server.serve()`, which stops on Ctrl-C / SIGTERM.
 """
 
