@@ -9,8 +9,8 @@ Owns `add_arguments` and `run`. Everything it says goes to stderr: the banner, t
 size, uvicorn's lines and one line per refused request (issue 9, item 2). Binding anything
 but a loopback address without an API key is refused before the model loads: the server runs
 code-adjacent tools' requests and spends the machine's compute, so it must not be open to a
-network by accident. Runs on the main
-thread: `asyncio.run` around uvicorn's `Server.serve()`, which stops on Ctrl-C / SIGTERM.
+network by accident. Runs on the main thread: `asyncio.run` around uvicorn's
+`Server.serve()`, which stops on Ctrl-C / SIGTERM.
 """
 
 from __future__ import annotations

@@ -85,6 +85,9 @@ def upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
 
 
 def build_upstream(args: argparse.Namespace) -> tuple[Engine, Pack]:
+    # httpx logs every request at INFO: the reachability probe would print a line every few
+    # seconds. Prism's own request log says what matters.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.replay or args.model:
         raise SystemExit("prism: --upstream generates remotely; it takes no --model or --replay")
     engine = UpstreamEngine(args.upstream, api_key=args.upstream_key,
