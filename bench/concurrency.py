@@ -150,44 +150,56 @@ def short_ttft(server: Server, round_no: int) -> float:
 
 
 def main(args) -> int:
+    """Paired rounds: at each C the bare loop and the HTTP clients run back to back, and the
+    ratios are taken per round before the median, so a shared machine's load (which moves by
+    2-4x here while other processes run) hits both sides of each ratio alike."""
+    import signal
+    import sys
+
     from engine.packs import resolve_pack
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the servers are stopped
     model = str(resolve_pack("smollm2").gguf)
     cs = sorted({int(x) for x in args.concurrency.split(",")})
     threads = args.threads or 1
-    print(f"model SmolLM2-135M Q4_1, threads {threads}, max_tokens {args.max_tokens}, "
-          f"{args.runs} rounds, concurrency {cs}", flush=True)
-    bare = {b: statistics.median(bare_loop(model, b, args.max_tokens, threads)
-                                 for _ in range(args.runs)) for b in sorted({1, *cs})}
-    print("bare loop tok/s: " + "  ".join(f"B={b} {v:.1f} ({v / bare[1]:.2f}x)"
-                                          for b, v in bare.items()), flush=True)
-    rows = []
+    runs, n = args.runs, args.max_tokens
+    print(f"model SmolLM2-135M Q4_1, threads {threads}, max_tokens {n}, {runs} rounds, "
+          f"concurrency {cs}", flush=True)
+    med = statistics.median
     servers = {p: Server(p, threads, args.n_ctx) for p in sorted({1, 4, max(cs)})}
+    top = servers[max(cs)]
+    rows = []
     try:
-        for _ in range(1):  # warm-up
-            clients(servers[max(cs)], 1, True, 8, 0)
+        clients(top, 1, True, 8, 0)  # warm-up
         for c in cs:
-            for same in (True, False):
-                vals = [clients(servers[max(cs)], c, same, args.max_tokens, r)
-                        for r in range(1, args.runs + 1)]
-                rows.append((c, same, statistics.median(vals)))
-                print(f"http C={c} {'same' if same else 'diff'}: {rows[-1][2]:.1f} tok/s "
-                      f"({rows[-1][2] / bare[c]:.2f} x bare)", flush=True)
-        single = {p: statistics.median(clients(servers[p], 1, False, args.max_tokens, r)
-                                       for r in range(1, args.runs + 1)) for p in (1, 4)}
-        ttft = {p: statistics.median(short_ttft(servers[p], r) for r in range(1, args.runs + 1))
-                for p in (1, 4)}
+            bare, same, diff = [], [], []
+            for r in range(1, runs + 1):
+                bare.append(bare_loop(model, c, n, threads))
+                same.append(clients(top, c, True, n, r))
+                diff.append(clients(top, c, False, n, r))
+            rows.append((c, med(bare), med(same), med(diff),
+                         med(s / b for s, b in zip(same, bare, strict=True)),
+                         med(d / b for d, b in zip(diff, bare, strict=True))))
+            _, b, s_, d, rs, rd = rows[-1]
+            print(f"C={c} bare {b:.1f}  same {s_:.1f} ({rs:.2f}x)  diff {d:.1f} ({rd:.2f}x)",
+                  flush=True)
+        single, ttft = {1: [], 4: []}, {1: [], 4: []}
+        for r in range(1, runs + 1):
+            for p in ((1, 4) if r % 2 else (4, 1)):
+                single[p].append(clients(servers[p], 1, False, n, r))
+                ttft[p].append(short_ttft(servers[p], r))
     finally:
         for s in servers.values():
             s.close()
+    b1 = rows[0][1] if rows and rows[0][0] == 1 else float("nan")
     print()
-    print(f"{'C':>3} {'prompts':>7} {'bare tok/s':>10} {'http tok/s':>10} {'x bare':>7} "
-          f"{'x one stream':>12}")
-    for c, same, v in rows:
-        print(f"{c:3d} {'same' if same else 'diff':>7} {bare[c]:10.1f} {v:10.1f} "
-              f"{v / bare[c]:7.2f} {v / single[1]:12.2f}")
-    print(f"\nsingle stream: --parallel 4 {single[4]:.1f} tok/s, --parallel 1 {single[1]:.1f} "
-          f"tok/s: {single[4] / single[1]:.3f}x (target >= 0.97)")
-    print(f"short request's TTFT beside a long generation: --parallel 1 {ttft[1]:.0f} ms, "
-          f"--parallel 4 {ttft[4]:.0f} ms (target < 1000 ms)")
+    print(f"{'C':>3} {'bare tok/s':>10} {'x B=1':>6} {'same tok/s':>10} {'x bare':>7} "
+          f"{'diff tok/s':>10} {'x bare':>7}")
+    for c, b, s_, d, rs, rd in rows:
+        print(f"{c:3d} {b:10.1f} {b / b1:6.2f} {s_:10.1f} {rs:7.2f} {d:10.1f} {rd:7.2f}")
+    ratio = med(a / b for a, b in zip(single[4], single[1], strict=True))
+    print(f"\nsingle stream: --parallel 4 {med(single[4]):.1f} tok/s, --parallel 1 "
+          f"{med(single[1]):.1f} tok/s: {ratio:.3f}x (paired; target >= 0.97)")
+    print(f"short request's TTFT beside a long generation: --parallel 1 {med(ttft[1]):.0f} ms, "
+          f"--parallel 4 {med(ttft[4]):.0f} ms (target < 1000 ms)")
     return 0
