@@ -84,10 +84,33 @@ def _deepseek(rng: random.Random, i: int) -> str:
                   + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
 
 
+def _dsml(rng: random.Random, i: int) -> str:
+    p = '<｜DSML｜parameter name="'
+    return _think(rng, i, '<｜DSML｜function_calls>\n<｜DSML｜invoke name="run">\n'
+                  f'{p}cmd" string="true">ls -la /tmp && echo done</｜DSML｜parameter>\n'
+                  f'{p}timeout" string="false">30</｜DSML｜parameter>\n'
+                  "</｜DSML｜invoke>\n</｜DSML｜function_calls>")
+
+
+def _glm(rng: random.Random, i: int) -> str:
+    return _think(rng, i, "<tool_call>run\n<arg_key>cmd</arg_key>\n<arg_value>ls -la /tmp && "
+                  "echo done</arg_value>\n<arg_key>timeout</arg_key>\n<arg_value>30"
+                  "</arg_value>\n</tool_call>")
+
+
+def _minimax(rng: random.Random, i: int) -> str:
+    return _think(rng, i, '<minimax:tool_call>\n<invoke name="run">\n<parameter name="cmd">'
+                  'ls -la /tmp && echo done</parameter>\n<parameter name="timeout">30'
+                  "</parameter>\n</invoke>\n</minimax:tool_call>")
+
+
 # family -> (start state, one turn of realistic output); turns repeat up to the size asked.
 FAMILIES = {
     "harmony": ("content", _harmony),
     "deepseek": ("reasoning", _deepseek),
+    "dsml": ("reasoning", _dsml),
+    "glm": ("reasoning", _glm),
+    "minimax-xml": ("reasoning", _minimax),
 }
 
 

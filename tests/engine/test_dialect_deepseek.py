@@ -3,10 +3,13 @@ each parsed whole, per character and in random chunks, stream_tools off and on."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from engine.dialects import deepseek
 from tests.engine.dialect_harness import read_all_ways
+from tests.engine.family_rules import RULES, Family
 from tests.engine.parser_harness import parse_all_ways
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -108,3 +111,12 @@ def test_reader_directly():
     assert p.end == len(C + "function" + S + "f\n```json\n{}\n```" + E + " " + Z)
     p = read_all_ways(deepseek, C + "f" + S + "oops!")
     assert p.error == "expected arguments" and p.resume == len(C + "f" + S + "oops")
+
+
+FAMILY = Family("deepseek", lambda name, args: B + C + name + S + json.dumps(args) + E + Z,
+                B + C + "get_weather" + S + "[1, 2]" + E + Z)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
+def test_rule(rule):
+    rule(FAMILY)

@@ -129,6 +129,21 @@ FAMILY_PIECES = {
         "<｜tool▁sep｜>", "f", "\n```json\n", "```", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>",
         '{"a": [1, "x"]}', '{"a": ', "<｜tool", "<｜",
     ],
+    "dsml": [
+        "<think>", "</think>", "<｜DSML｜function_calls>", '<｜DSML｜invoke name="', 'f">',
+        '<｜DSML｜parameter name="', 'a" string="true">', 'b" string="false">', '">',
+        "</｜DSML｜parameter>", "</｜DSML｜invoke>", "</｜DSML｜function_calls>", "<｜DSML",
+        "[1]", "null",
+    ],
+    "glm": [
+        "<think>", "</think>", "<tool_call>", "f", "f\n", "<arg_key>", "a", "b", "</arg_key>",
+        "<arg_value>", "</arg_value>", "</tool_call>", "<arg_", "</", "[1]", "null",
+    ],
+    "minimax-xml": [
+        "<think>", "</think>", "<minimax:tool_call>", '<invoke name="', 'f">',
+        '<parameter name="', 'a">', 'b">', "</parameter>", "</invoke>", "</minimax:tool_call>",
+        "<minimax", "<inv", "[1]", "null",
+    ],
 }
 SHARED_PIECES = ["```", "`", "\n", "\n\n", " ", "x", "hello world", "é", "{", "}", '"', "<",
                  "42", "[", "]"]
