@@ -1,7 +1,7 @@
 """The request guard: every check a request passes before any route runs, in one place.
 
 Owns `Guard` (pure ASGI middleware) and the flag types that configure it (`api_key_arg`,
-`positive_int`). Runs on the asyncio loop's thread. docs/design.md, section "The server".
+`positive_int`). Runs on the asyncio loop's thread. docs/design.md, section "Hardening".
 
 Why these checks exist: the server listens on loopback without a key by default (the window
 starts it too), so the attacker to keep out is a web page in the user's own browser.

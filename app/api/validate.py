@@ -4,7 +4,7 @@ Owns `parse_json` (request bytes -> a JSON object, refusing what Python's json a
 JSON does not, and what later code cannot handle), `check_tree`, `schema_grammar` (a
 `json_schema` output format's grammar, refusing schemas no value can match), and
 `check_tool_schema` (a tool's `parameters` must be a JSON Schema). Runs on the asyncio loop's
-thread. docs/design.md, section "The server"; issue 10, items 5 and 6.
+thread. docs/design.md, section "Hardening"; issue 10, items 5 and 6.
 
 Why each check (each was a 500 found by fuzzing):
 - NaN / Infinity / -Infinity: Python's json reads them, JSON has no such numbers; a
