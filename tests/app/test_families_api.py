@@ -46,6 +46,7 @@ class Case:
     calls: tuple = (CALL,)
     start: str = "content"  # where the pack's prompt leaves the parser
     extra: dict | None = None  # request fields (thinking on for families off by default)
+    anomaly: str = ""  # the one anomaly the output must count, if any
 
 
 CASES: dict[str, Case] = {
@@ -71,6 +72,15 @@ CASES: dict[str, Case] = {
         '<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 2}'
         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
         "Need the weather for Paris.", "Checking.", start="reasoning"),
+    "deepseek-v3-calls": Case(
+        "Need the weather for Paris.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+        "function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"days\": 2}\n```"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "Need the weather for Paris.", "", start="reasoning"),
+    "deepseek-call-in-reasoning": Case(
+        "Need the weather for Paris.\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather"
+        '<｜tool▁sep｜>{"city": "Paris", "days": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        "Need the weather for Paris.", "", start="reasoning", anomaly="implicit_reasoning_end"),
     "dsml": Case(
         "Need the weather for Paris.</think>Checking.\n\n<｜DSML｜function_calls>\n"
         '<｜DSML｜invoke name="get_weather">\n'
@@ -83,6 +93,8 @@ CASES: dict[str, Case] = {
         "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
         "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
         "Need the weather for Paris.", "Checking."),
+    "glm-answer": Case("<think>Simple greeting.</think>\nHello there.", "Simple greeting.",
+                       "Hello there.", calls=()),
     "kimi-k2": Case(
         "<think>Need the weather for Paris.</think>Checking.<|tool_calls_section_begin|>"
         "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
@@ -93,6 +105,12 @@ CASES: dict[str, Case] = {
         '<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
         '<parameter name="days">2</parameter>\n</invoke>\n</minimax:tool_call>',
         "Need the weather for Paris.", "Checking.", start="reasoning"),
+    "minimax-xml-two-calls": Case(
+        "Two cities.\n</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n"
+        '<parameter name="city">Paris</parameter>\n<parameter name="days">2</parameter>\n'
+        '</invoke>\n<invoke name="get_weather">\n<parameter name="city">Lyon</parameter>\n'
+        "</invoke>\n</minimax:tool_call>",
+        "Two cities.", "", calls=(CALL, ("get_weather", {"city": "Lyon"})), start="reasoning"),
     "mistral": Case(
         '[THINK]Need the weather for Paris.[/THINK]Checking.[TOOL_CALLS]get_weather[ARGS]'
         '{"city": "Paris", "days": 2}',
@@ -160,7 +178,8 @@ def test_openai_sdk_reads_each_family(serve, name):
     assert (norm(reasoning), norm(content), calls) == (case.reasoning, case.content,
                                                         list(case.calls))
     assert finish == ("tool_calls" if case.calls else "stop")
-    assert not any(run.result.anomalies.values()), run.result.anomalies
+    counted = {k: n for k, n in run.result.anomalies.items() if n}
+    assert counted == ({case.anomaly: 1} if case.anomaly else {})
     # markup never leaks into what the client sees
     for text in (reasoning, content):
         assert "<|" not in text and "<｜" not in text and "[TOOL_CALLS]" not in text
