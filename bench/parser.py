@@ -104,12 +104,20 @@ def _minimax(rng: random.Random, i: int) -> str:
                   "</parameter>\n</invoke>\n</minimax:tool_call>")
 
 
+def _kimi(rng: random.Random, i: int) -> str:
+    args = json.dumps({"cmd": "ls -la /tmp && echo done", "timeout": 30})
+    return _think(rng, i, "<|tool_calls_section_begin|><|tool_call_begin|>functions.run:0"
+                  f"<|tool_call_argument_begin|>{args}<|tool_call_end|>"
+                  "<|tool_calls_section_end|>")
+
+
 # family -> (start state, one turn of realistic output); turns repeat up to the size asked.
 FAMILIES = {
     "harmony": ("content", _harmony),
     "deepseek": ("reasoning", _deepseek),
     "dsml": ("reasoning", _dsml),
     "glm": ("reasoning", _glm),
+    "kimi-k2": ("reasoning", _kimi),
     "minimax-xml": ("reasoning", _minimax),
 }
 

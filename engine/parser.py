@@ -76,8 +76,8 @@ _PREFIXES: dict[tuple, frozenset[str]] = {}
 def _tag_prefixes(mk, dialect: str, key: tuple[bool, bool, bool, bool]) -> frozenset[str]:
     close_on, calls_on, bare_on, frame_on = key
     tried = [mk.think_close] if close_on else []
-    if calls_on:
-        tried += mk.calls
+    if calls_on:  # line-start-only openers may have been skipped: never a fast path for them
+        tried += [t for t in mk.calls if t not in mk.line_calls]
     if bare_on:
         tried.append(qwen_xml.OPENER)
     if frame_on:
@@ -373,6 +373,8 @@ class OutputParser:
             undecided = m == PREFIX
         if calls_on:
             for opener in mk.calls:
+                if opener in mk.line_calls and not md.line_start:
+                    continue
                 m = match_literal(buf, i, opener)
                 if m == FULL:
                     j = skip_ws(buf, i + len(opener))
@@ -381,7 +383,8 @@ class OutputParser:
                     elif j >= 0:
                         found, mod = dialects.opener_dialect(self.dialect, buf, j)
                         if found == FULL:
-                            self._handoff = self._open_call(i, mod, opener=opener)
+                            self._handoff = self._open_call(
+                                i, mod, opener=opener, keep=opener in mk.body_openers)
                             return _CALL
                         undecided = undecided or found == PREFIX
                 elif m == PREFIX:
@@ -480,11 +483,13 @@ class OutputParser:
     # -- calls -----------------------------------------------------------------------------
 
     def _open_call(
-        self, i: int, mod, bare: bool = False, opener: str = CALL_OPEN
+        self, i: int, mod, bare: bool = False, opener: str = CALL_OPEN, keep: bool = False
     ) -> tuple[str, int, int]:
         start = self._nl_from if self._nl_from >= 0 else i
         self._text(self._chan, self._emit_from, start)
-        body = i if bare else i + len(opener)  # a bare call's body is all of it
+        # A bare call's body is all of it; so is one whose opener is its body's first character
+        # (Llama's `{`).
+        body = i if bare or keep else i + len(opener)
         b = self._base
         self._call = mod.CallParser(self._schemas, self.stream_tools)
         if bare:
@@ -566,6 +571,14 @@ class OutputParser:
         self._reset_md(line_start=True)
         self._eat_nl = True
         self._at_start = False
+        follow = call.follow() if hasattr(call, "follow") else None
+        if follow is not None:
+            # The next call of the same list (Mistral's `[{...}, {...}]`): read on at once.
+            self._call = follow
+            self._call_origin = CONTENT
+            self._call_prefix = ""
+            self._call_start = self._emitted = self._body_start = end
+            self._body = []
         return nxt
 
     def _fail_call(self, s: str, k: int, abs_k: int, eof: bool):

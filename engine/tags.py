@@ -31,6 +31,10 @@ class Markers:
         message frame). A closer listed here is a message end in the answer, not a stray one.
     reopen: the reasoning opener may also appear later in the answer, re-entering reasoning
         (Harmony's analysis channel after a preamble).
+    body_openers: call openers that are the body's own first characters (Llama's bare `{`):
+        the body reader gets them too.
+    line_calls: call openers that count only at the start of a line, in the answer too (a bare
+        JSON object mid-sentence is prose).
     """
 
     think_open: str | None
@@ -38,6 +42,8 @@ class Markers:
     calls: tuple[str, ...]
     markup: tuple[str, ...] = ()
     reopen: bool = False
+    body_openers: tuple[str, ...] = ()
+    line_calls: tuple[str, ...] = ()
 
     def starts(self) -> str:
         """The first characters of every tag the scanner must stop at, once each."""

@@ -18,12 +18,21 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from engine.dialects import deepseek, dsml, glm, harmony, hermes_json, minimax_xml, qwen_xml
+from engine.dialects import (
+    deepseek,
+    dsml,
+    glm,
+    harmony,
+    hermes_json,
+    kimi_k2,
+    minimax_xml,
+    qwen_xml,
+)
 from engine.dialects.common import FULL, NONE, PREFIX, Match
 from engine.tags import THINK_MARKERS, Markers
 
 # The families, in the order of issue 12 after the two `<think>` / `<tool_call>` dialects.
-_FAMILIES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, minimax_xml)
+_FAMILIES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, kimi_k2, minimax_xml)
 DIALECTS = {mod.NAME: mod for mod in _FAMILIES}
 NAMES = ("auto", *DIALECTS)
 

@@ -50,7 +50,7 @@ class FramedBody(CallBody):
         super().__init__(schemas, stream)
         self._buf = ""
         self._pos = 0  # body offset of _buf[0]
-        self._json: JsonArgs | None = None
+        self._json: hermes_json.CallParser | None = None
         self._json_at = 0  # body offset where the arguments object's text began
 
     # -- driving -------------------------------------------------------------------------------
@@ -142,6 +142,11 @@ class FramedBody(CallBody):
             self._json = JsonArgs(self.schemas, self.stream)
             self._json.name = self.name
             self._json_at = self._pos
+        return self._sub(eof)
+
+    def _sub(self, eof: bool) -> bool:
+        """Feed the buffer to the sub-reader in `_json` (started at `_json_at`); True once it is
+        done (its name and arguments taken), False while it reads or when it failed."""
         js = self._json
         piece = self._buf
         fed_at = self._pos
@@ -163,6 +168,8 @@ class FramedBody(CallBody):
         self._buf = piece[end - fed_at :]
         self._pos = end
         self.arguments = js.arguments
+        if js.name is not None:
+            self.name = js.name
         return True
 
     def _close(self, lit: str, eof: bool) -> bool:

@@ -139,6 +139,12 @@ FAMILY_PIECES = {
         "<think>", "</think>", "<tool_call>", "f", "f\n", "<arg_key>", "a", "b", "</arg_key>",
         "<arg_value>", "</arg_value>", "</tool_call>", "<arg_", "</", "[1]", "null",
     ],
+    "kimi-k2": [
+        "<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+        "functions.f:0", "f", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+        "<|tool_calls_section_end|>", "<|tool_call_section_begin|>", "<|tool", "<|",
+        '{"a": [1, "x"]}', '{"a": ',
+    ],
     "minimax-xml": [
         "<think>", "</think>", "<minimax:tool_call>", '<invoke name="', 'f">',
         '<parameter name="', 'a">', 'b">', "</parameter>", "</invoke>", "</minimax:tool_call>",
