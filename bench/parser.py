@@ -111,6 +111,13 @@ def _kimi(rng: random.Random, i: int) -> str:
                   "<|tool_calls_section_end|>")
 
 
+def _mistral(rng: random.Random, i: int) -> str:
+    head = "[THINK]" + _prose(rng, 6) + "[/THINK]\n\n" if i == 1 else ""
+    text = head + _prose(rng, 4) + " See [the docs](https://example.com) too.\n\n"
+    args = json.dumps({"cmd": "ls -la /tmp && echo done", "timeout": 30})
+    return text + (f"[TOOL_CALLS]run[ARGS]{args}\n" if i % 2 else "")
+
+
 # family -> (start state, one turn of realistic output); turns repeat up to the size asked.
 FAMILIES = {
     "harmony": ("content", _harmony),
@@ -119,6 +126,7 @@ FAMILIES = {
     "glm": ("reasoning", _glm),
     "kimi-k2": ("reasoning", _kimi),
     "minimax-xml": ("reasoning", _minimax),
+    "mistral": ("content", _mistral),
 }
 
 

@@ -26,13 +26,15 @@ from engine.dialects import (
     hermes_json,
     kimi_k2,
     minimax_xml,
+    mistral,
     qwen_xml,
 )
 from engine.dialects.common import FULL, NONE, PREFIX, Match
 from engine.tags import THINK_MARKERS, Markers
 
 # The families, in the order of issue 12 after the two `<think>` / `<tool_call>` dialects.
-_FAMILIES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, kimi_k2, minimax_xml)
+_FAMILIES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, kimi_k2, minimax_xml,
+             mistral)
 DIALECTS = {mod.NAME: mod for mod in _FAMILIES}
 NAMES = ("auto", *DIALECTS)
 

@@ -145,6 +145,11 @@ FAMILY_PIECES = {
         "<|tool_calls_section_end|>", "<|tool_call_section_begin|>", "<|tool", "<|",
         '{"a": [1, "x"]}', '{"a": ',
     ],
+    "mistral": [
+        "[THINK]", "[/THINK]", "[TOOL_CALLS]", "f", "[ARGS]", "[CALL_ID]", "a1", "[",
+        "]", ", ", '{"name": "f", "arguments": {"a": 1}}', '{"a": [1, "x"]}', '{"a": ',
+        "[TOOL", "[/TH", "(x)",
+    ],
     "minimax-xml": [
         "<think>", "</think>", "<minimax:tool_call>", '<invoke name="', 'f">',
         '<parameter name="', 'a">', 'b">', "</parameter>", "</invoke>", "</minimax:tool_call>",
