@@ -18,7 +18,8 @@ from engine.packs import resolve_pack
 from engine.replay import ReplayEngine, split_text
 from engine.request import Sampling
 from engine.service import Service
-from engine.upstream import UpstreamEngine, api_base, split_delta
+from engine.upstream import UpstreamEngine
+from engine.upstream_wire import api_base, split_delta
 from tests.engine.scripted_upstream import (
     MODEL,
     Reply,
