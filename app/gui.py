@@ -58,7 +58,8 @@ class Inspector:
     """The window, the feed, the playback and the server for one service. GUI thread."""
 
     def __init__(self, service: Service, *, host: str = "127.0.0.1", port: int = 8421,
-                 max_documents: int = 32, max_tokens: int | None = None) -> None:
+                 max_documents: int = 32, max_tokens: int | None = None,
+                 max_queue: int | None = None) -> None:
         from inspector.playback import Playback
         from inspector.tracks import LiveFeed, TrackStore
         from widgets.main_window import MainWindow
@@ -66,6 +67,7 @@ class Inspector:
         self.service = service
         self.host, self.port = host, port
         self.max_tokens = max_tokens  # --max-tokens, for the server
+        self.max_queue = max_queue  # --upstream-max-inflight with --upstream, for the server
         self.store = TrackStore(max_documents=max_documents)
         self.feed = LiveFeed(service, self.store)
         self.playback = Playback(self.store)
@@ -120,7 +122,9 @@ class Inspector:
         host, port = sock.getsockname()[:2]
         state = AppState(self.service, ServerConfig(host=host, port=port,
                                                     model_name=self.service.engine.name,
-                                                    max_tokens=self.max_tokens))
+                                                    max_tokens=self.max_tokens,
+                                                    **({"max_queue": self.max_queue}
+                                                       if self.max_queue else {})))
         self.server = make_server(state, host, port, log_level="warning")
         self._sock = sock
         self._server_task = asyncio.ensure_future(self.server.serve(sockets=[sock]))
@@ -243,7 +247,8 @@ def run(args: argparse.Namespace) -> int:
     apply_dark_palette(app)
     service = build_service(args)
     # Loopback only: the window has no API key option (`prism serve` is for anything else).
-    inspector = Inspector(service, port=args.port, max_tokens=args.max_tokens)
+    inspector = Inspector(service, port=args.port, max_tokens=args.max_tokens,
+                          max_queue=args.upstream_max_inflight if args.upstream else None)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     try:
