@@ -257,6 +257,36 @@ def test_a_cut_stream_ends_with_an_error_event_and_the_recording_keeps_it(front)
     replay.close()
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/messages", {"model": "m", "max_tokens": 50, "messages": ASK, "stream": True}),
+    ("/v1/responses", {"model": "m", "input": "Weather?", "stream": True}),
+])
+def test_a_cut_stream_in_the_other_apis_ends_with_their_error_event(front, path, body):
+    async def cut(req: Seen, reply: Reply) -> None:
+        await reply.start_stream()
+        for piece in ("Plan.", "\n</think>\n\n", "Partial answer"):
+            await reply.event(chunk(piece))
+        reply.cut()
+
+    with ScriptedUpstream(cut) as up:
+        live = front(up.url, pack="qwen3-xml")
+        with live.http().stream("POST", path, json=body) as resp:
+            assert resp.status_code == 200
+            events = [json.loads(line[6:]) for line in resp.iter_lines()
+                      if line.startswith("data: {")]
+    text = "".join(e.get("delta", {}).get("text", "") if path == "/v1/messages"
+                   else e.get("delta", "") if e.get("type") == "response.output_text.delta"
+                   else "" for e in events)
+    assert text == "Partial answer"  # what streamed before the cut reached the caller
+    last = events[-1]
+    if path == "/v1/messages":
+        assert last["type"] == "error" and last["error"]["type"] == "api_error"
+        assert "cut the stream" in last["error"]["message"]
+    else:  # Responses: response.failed, carrying the error
+        assert last["type"] == "response.failed"
+        assert "cut the stream" in json.dumps(last["response"]["error"])
+
+
 def test_past_the_inflight_limit_429(front):
     release = threading.Event()
 
