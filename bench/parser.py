@@ -118,6 +118,14 @@ def _mistral(rng: random.Random, i: int) -> str:
     return text + (f"[TOOL_CALLS]run[ARGS]{args}\n" if i % 2 else "")
 
 
+def _gemma4(rng: random.Random, i: int) -> str:
+    head = "<|channel>thought\n" + _prose(rng, 6) + "<channel|>" if i == 1 else ""
+    text = head + _prose(rng, 4) + "\n\n```python\nprint('<|tool_call>')\n```\n\n"
+    q = '<|"|>'
+    call = f"<|tool_call>call:run{{cmd:{q}ls -la /tmp && echo done{q},timeout:30}}<tool_call|>"
+    return text + (call + "\n" if i % 2 else "")
+
+
 # family -> (start state, one turn of realistic output); turns repeat up to the size asked.
 FAMILIES = {
     "harmony": ("content", _harmony),
@@ -127,6 +135,7 @@ FAMILIES = {
     "kimi-k2": ("reasoning", _kimi),
     "minimax-xml": ("reasoning", _minimax),
     "mistral": ("content", _mistral),
+    "gemma4": ("content", _gemma4),
 }
 
 

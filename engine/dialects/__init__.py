@@ -21,6 +21,7 @@ from types import ModuleType
 from engine.dialects import (
     deepseek,
     dsml,
+    gemma4,
     glm,
     harmony,
     hermes_json,
@@ -34,7 +35,7 @@ from engine.tags import THINK_MARKERS, Markers
 
 # The families, in the order of issue 12 after the two `<think>` / `<tool_call>` dialects.
 _FAMILIES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, kimi_k2, minimax_xml,
-             mistral)
+             mistral, gemma4)
 DIALECTS = {mod.NAME: mod for mod in _FAMILIES}
 NAMES = ("auto", *DIALECTS)
 

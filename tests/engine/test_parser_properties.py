@@ -150,6 +150,10 @@ FAMILY_PIECES = {
         "]", ", ", '{"name": "f", "arguments": {"a": 1}}', '{"a": [1, "x"]}', '{"a": ',
         "[TOOL", "[/TH", "(x)",
     ],
+    "gemma4": [
+        "<|channel>thought", "<channel|>", "<|tool_call>", "call:", "f", "{", "}", "a:",
+        '<|"|>', "x", ",", "[1,2]", "true", "<tool_call|>", "<|tool", "<|", '{"a": 1}',
+    ],
     "minimax-xml": [
         "<think>", "</think>", "<minimax:tool_call>", '<invoke name="', 'f">',
         '<parameter name="', 'a">', 'b">', "</parameter>", "</invoke>", "</minimax:tool_call>",
