@@ -233,10 +233,16 @@ class UpstreamEngine:
             self.load_error = (f"upstream {self.base}/models answered {resp.status_code}: "
                                f"{upstream_message(resp.status_code, resp.content)}")
             return self.info
+        try:
+            listed = resp.json().get("data") or []
+        except (ValueError, AttributeError):
+            self.load_error = (f"upstream {self.base}/models did not answer an OpenAI model "
+                               "list: is this the server's /v1 URL?")
+            return self.info
         self.load_error = None
         if self.info.model:  # asked once: a model list does not change under a server
             return self.info
-        cards = [c for c in (resp.json().get("data") or []) if isinstance(c, dict)]
+        cards = [c for c in listed if isinstance(c, dict)]
         card = next((c for c in cards if c.get("id") == self.model), cards[0] if cards else {})
         n_ctx = card.get("max_model_len") or card.get("context_length") or 0
         props: dict = {}

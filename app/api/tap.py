@@ -28,7 +28,6 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import httpx
 from fastapi import APIRouter, Request
@@ -147,17 +146,16 @@ class Tapped:
     """The run a forwarded request is shown and recorded as, fed from the upstream's answer.
     Requests Prism cannot read as its API (the upstream will say why) are forwarded without."""
 
-    def __init__(self, state: AppState, engine: TapEngine, path: str, raw: bytes,
-                 request: ChatRequest | None, data: Any) -> None:
+    def __init__(self, state: AppState, engine: TapEngine, path: str,
+                 request: ChatRequest | None) -> None:
         self.run: Run | None = None
         self.job: Job | None = None
         self.reader: Reader | None = None
         self.start = time.perf_counter()
         self.t_first = 0.0
         self.n_out = 0
-        self.status: int | None = None
-        self.error: str | None = None
-        self.stream = bool(data.get("stream")) if isinstance(data, dict) else False
+        self.error: str | None = None  # why no run (the request could not be read as one)
+        self.stream = False  # set from the upstream's answer (an SSE stream or one body)
         if request is None:
             return
         try:
@@ -176,11 +174,10 @@ class Tapped:
         """Read the body as its API's request and start its run. Rendering and tokenizing
         run in a worker thread, as for Prism's own routes (app/api/runs.py)."""
         try:
-            data = json.loads(raw)
-            request = to_request(path, data)
+            request = to_request(path, json.loads(raw))
         except (APIError, ValueError, TypeError, AttributeError):
-            data, request = None, None  # not readable: forwarded all the same, not shown
-        return await asyncio.to_thread(cls, state, engine, path, raw, request, data)
+            request = None  # not readable as its API's request: forwarded all the same
+        return await asyncio.to_thread(cls, state, engine, path, request)
 
     @property
     def cancelled(self) -> bool:
@@ -301,6 +298,8 @@ async def tap(request: Request):
         tapped.end("error", message, 504 if timeout else 502)
         raise APIError("gateway_timeout" if timeout else "bad_gateway", message)
     _, status, up_headers = first
+    # Read as the upstream answered, whatever was asked: some servers ignore `stream`.
+    tapped.stream = "text/event-stream" in up_headers.get("content-type", "")
     # uvicorn writes its own Date and Server: the upstream's would be second copies.
     headers = {k: v for k, v in up_headers.items()
                if k.lower() not in HOP and k.lower() not in ("date", "server")}

@@ -117,6 +117,23 @@ def test_request_and_response_bytes_pass_through_unchanged(tap):
     assert res.anomalies.get(UPSTREAM_LEAK, 0) == 0
 
 
+def test_an_upstream_that_ignores_stream_is_read_as_it_answered(tap):
+    answer = {"id": "c2", "object": "chat.completion", "choices": [{
+        "index": 0, "finish_reason": "length",
+        "message": {"role": "assistant", "reasoning_content": "Short.", "content": "Whole."}}]}
+
+    async def script(req: Seen, reply: Reply) -> None:
+        await reply.json(200, answer)
+
+    with ScriptedUpstream(script) as up:
+        live = tap(up.url)
+        resp = live.http().post("/v1/chat/completions", json={"messages": ASK, "stream": True})
+    assert resp.json() == answer  # one JSON body, relayed as it came
+    wait_done(live)
+    res = live.last.result
+    assert (res.reasoning, res.content, res.finish_reason) == ("Short.", "Whole.", "length")
+
+
 def test_upstream_errors_pass_through_and_a_refused_upstream_is_a_502(tap):
     async def script(req: Seen, reply: Reply) -> None:
         await reply.json(422, {"object": "error", "message": "bad field 'x'", "code": 422})
