@@ -126,6 +126,13 @@ def _gemma4(rng: random.Random, i: int) -> str:
     return text + (call + "\n" if i % 2 else "")
 
 
+def _llama3(rng: random.Random, i: int) -> str:
+    text = _prose(rng, 4) + ' Config: {"debug": true}.\n\n```json\n{"name": "x"}\n```\n\n'
+    args = {"cmd": "ls -la /tmp && echo done", "timeout": 30}
+    call = json.dumps({"name": "run", "parameters": args})
+    return text + (("<|python_tag|>" if i % 4 == 1 else "") + call + "\n" if i % 2 else "")
+
+
 # family -> (start state, one turn of realistic output); turns repeat up to the size asked.
 FAMILIES = {
     "harmony": ("content", _harmony),
@@ -136,6 +143,7 @@ FAMILIES = {
     "minimax-xml": ("reasoning", _minimax),
     "mistral": ("content", _mistral),
     "gemma4": ("content", _gemma4),
+    "llama3-json": ("content", _llama3),
 }
 
 

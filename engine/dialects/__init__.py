@@ -26,6 +26,7 @@ from engine.dialects import (
     harmony,
     hermes_json,
     kimi_k2,
+    llama3_json,
     minimax_xml,
     mistral,
     qwen_xml,
@@ -35,7 +36,7 @@ from engine.tags import THINK_MARKERS, Markers
 
 # The families, in the order of issue 12 after the two `<think>` / `<tool_call>` dialects.
 _FAMILIES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, kimi_k2, minimax_xml,
-             mistral, gemma4)
+             mistral, gemma4, llama3_json)
 DIALECTS = {mod.NAME: mod for mod in _FAMILIES}
 NAMES = ("auto", *DIALECTS)
 

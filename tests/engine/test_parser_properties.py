@@ -154,6 +154,10 @@ FAMILY_PIECES = {
         "<|channel>thought", "<channel|>", "<|tool_call>", "call:", "f", "{", "}", "a:",
         '<|"|>', "x", ",", "[1,2]", "true", "<tool_call|>", "<|tool", "<|", '{"a": 1}',
     ],
+    "llama3-json": [
+        "<|python_tag|>", '{"name": "f", "parameters": {"a": 1}}', '{"name"', ': "f", ',
+        '"parameters": ', '{"a": [1, "x"]}', "}", ";", "; ", "<think>", "</think>", "<|py",
+    ],
     "minimax-xml": [
         "<think>", "</think>", "<minimax:tool_call>", '<invoke name="', 'f">',
         '<parameter name="', 'a">', 'b">', "</parameter>", "</invoke>", "</minimax:tool_call>",
