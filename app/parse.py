@@ -1,7 +1,7 @@
 """The `prism parse` verb: run the output parser over a model's raw output and print the result.
 
     prism parse [FILE|-] [--tools TOOLS.json] [--no-thinking]
-                [--dialect auto|qwen-xml|hermes-json] [--stream-tools]
+                [--dialect auto|qwen-xml|hermes-json|FAMILY] [--stream-tools]
                 [--chunk N] [--seed S] [--events]
 
 Reads UTF-8 from FILE or standard input, feeds it whole, N characters at a time, or in random

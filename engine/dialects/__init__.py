@@ -1,17 +1,25 @@
-"""Tool-call body dialects: Qwen XML and Hermes JSON.
+"""The model families' dialects: how each family marks its reasoning and its tool calls.
 
 Each dialect module exposes the same few names (mlx-lm style):
 
-- `NAME`: the dialect's name on the command line ("qwen-xml", "hermes-json").
-- `match_opener(text, i) -> Match`: does an opener start at `text[i]`? FULL, PREFIX (the text
-  ends inside something that could still become one) or NONE.
+- `NAME`: the dialect's name on the command line ("qwen-xml", "harmony", ...).
+- `MARKERS` (engine/tags.py `Markers`): its reasoning opener and closer, its call openers and
+  message-frame tags; the `<think>` / `<tool_call>` ones when absent (Qwen XML, Hermes JSON).
+- `PRESERVED_TOKENS`: the special tokens the parser must see as text (the engine renders
+  exactly these; engine/families.py collects them).
+- `match_opener(text, i) -> Match`: does a call body begin at `text[i]` (right after a call
+  opener and whitespace)? FULL, PREFIX (the text ends inside something that could still
+  become one) or NONE.
 - `CallParser(schemas, stream)`: an incremental reader for one call body (the text right after
-  `<tool_call>`), fed with `feed(text)` and closed with `finish()`. It appends
+  the call opener), fed with `feed(text)` and closed with `finish()`. It appends
   `(kind, text, rel_end)` items to `out` ("start" with the name, "args" with a JSON fragment)
-  and sets `done`/`end`/`error`/`name`/`arguments`.
+  and sets `done`/`end`/`error`/`resume`/`name`/`arguments`; optionally `follow()`, the reader
+  of the next call of the same list (Mistral's, Llama's).
 
-This package owns the choice of dialect (`opener_dialect`); the parser owns everything around
-the body. Pure Python, run by whichever thread drives the parser.
+Shared readers: engine/dialects/framed.py (markers around a name and JSON arguments),
+engine/dialects/tagged.py (key/value parameters between tags). This package owns the choice of
+dialect (`opener_dialect`, `markers`); the parser owns everything around the body
+(docs/design.md, section 4). Pure Python, run by whichever thread drives the parser.
 """
 
 from __future__ import annotations
