@@ -1,4 +1,4 @@
-"""`python -m app` runs the prism command line."""
+"""`python -m app` runs the prism command line (app/cli.py), on the main thread."""
 
 import sys
 

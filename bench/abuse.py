@@ -20,6 +20,9 @@ Cases (each needs only a server; the special token is the default model's ChatML
   half-open   a connection that sends half a request head: seconds until the server closes it
   hangup      a client that leaves during a long prompt: seconds until the engine is idle
 After the cases: whether the metrics count any request as still running (ghosts).
+
+Runs on the main thread; a `HealthWatch` thread polls /health meanwhile, and the server is
+its own process unless `--url` names one.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ in every process:
          Target: >= 0.97.
   short  time to first token of a short request sent while a long one generates, on
          `--parallel 1` (it waits for the long one) and `--parallel 4`. Target: < 1 s.
+
+The bare loop runs on this process's main thread; each server is its own process, and the
+clients are threads of this one.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Parser benchmark: 1-character feeds per second on a realistic 1 MB output, and the cost of
 1 MB over the cost of 100 kB (linearity), for the Qwen3 output (Qwen XML and Hermes JSON calls)
-and for each model family's own markup. Prints its figures; not part of the test suite.
+and for each model family's own markup. Prints its figures; not part of the test suite. Runs on
+the main thread (the parser is driven as the engine thread drives it: one feed per token).
 
     python bench/parser.py [--mb 1.0] [--family NAME ...]
 """

@@ -1,7 +1,8 @@
 """Dialect-neutral request types: what every API adapter and the GUI's compose box build.
 
 Owns `ChatRequest` and `Message`, frozen dataclasses shared by the server (which converts its
-OpenAI / Anthropic / Responses bodies into them), the GUI and the service. No I/O.
+OpenAI / Anthropic / Responses bodies into them), the GUI and the service. No I/O; any thread
+may build or read them (a request crosses from the server's loop or the GUI to the engine).
 """
 
 from __future__ import annotations

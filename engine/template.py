@@ -269,10 +269,11 @@ def start_state(prompt: str) -> str:
 
 # --- history repair -------------------------------------------------------------------------
 # A model sometimes writes a complete tool call inside its thinking without `</think>` first
-# (seed 000). If that turn comes back in the history as is, the model is shown, as an example,
-# a call inside `<think>`. The repair closes the thinking right before the call. The shipped
-# Qwen3 templates do the same in jinja (with the same string operations, so GGUF users of the
-# template get it too); both must agree, and applying it twice changes nothing.
+# (tests/fixtures/recorded_tool_call_in_thinking.json holds four real cases). If that turn
+# comes back in the history as is, the model is shown, as an example, a call inside `<think>`.
+# The repair closes the thinking right before the call. The shipped Qwen3 templates do the same
+# in jinja (with the same string operations, so GGUF users of the template get it too); both
+# must agree, and applying it twice changes nothing.
 
 
 def _is_opener(after_tag: str) -> bool:

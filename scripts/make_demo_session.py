@@ -11,6 +11,8 @@ XML call written inside the thinking (an implicit end of thinking), the model's 
 (a stray tag in content, dropped) and the answer.
 
     .venv/bin/python scripts/make_demo_session.py [OUT.jsonl]
+
+Runs on the main thread; no model, no engine.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""GET /metrics: Prometheus text by default, JSON (seed 000's layout) on request.
+"""GET /metrics: Prometheus text by default, JSON (`Metrics.snapshot()`, the
+layout the window's chart reads) on request.
 
 Owns `PrometheusExporter` and the route. Each app gets its own `CollectorRegistry` (two apps
 in one process, as in the tests, never share or clash). The exporter has two halves:

@@ -1,5 +1,5 @@
-"""app/api/metrics.py: after known traffic in all three dialects, the JSON view (seed 000's
-layout) and the Prometheus text agree with each other and with what was sent."""
+"""app/api/metrics.py: after known traffic in all three dialects, the JSON view
+(`Metrics.snapshot()`) and the Prometheus text agree with each other and with what was sent."""
 
 from __future__ import annotations
 
