@@ -34,6 +34,7 @@ from tests.app.test_openai import collect, comparable, whole
 ASK = [{"role": "user", "content": "What is the weather in Paris for two days?"}]
 CALL = ("get_weather", {"city": "Paris", "days": 2})
 THINK_ON = {"chat_template_kwargs": {"enable_thinking": True}}
+TWO = (CALL, ("get_weather", {"city": "Lyon"}))
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,12 @@ CASES: dict[str, Case] = {
         "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
         '{"city": "Paris", "days": 2}<|tool_call_end|><|tool_calls_section_end|>',
         "Need the weather for Paris.", "Checking."),
+    "kimi-k2-two-calls": Case(
+        "<think>Two cities.</think><|tool_calls_section_begin|><|tool_call_begin|>"
+        "functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\", \"days\": 2}"
+        "<|tool_call_end|><|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>"
+        '{"city": "Lyon"}<|tool_call_end|><|tool_calls_section_end|>',
+        "Two cities.", "", calls=TWO),
     "minimax-xml": Case(
         "Need the weather for Paris.\n</think>\n\nChecking.\n<minimax:tool_call>\n"
         '<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
@@ -115,6 +122,9 @@ CASES: dict[str, Case] = {
         '[THINK]Need the weather for Paris.[/THINK]Checking.[TOOL_CALLS]get_weather[ARGS]'
         '{"city": "Paris", "days": 2}',
         "Need the weather for Paris.", "Checking.", extra=THINK_ON),
+    "mistral-two-calls": Case(
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 2}'
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Lyon"}', "", "", calls=TWO),
     "mistral-older-calls": Case(
         'Checking.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", '
         '"days": 2}}]', "", "Checking."),
@@ -122,6 +132,15 @@ CASES: dict[str, Case] = {
         "<|channel>thought\nNeed the weather for Paris.<channel|>"
         '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>',
         "Need the weather for Paris.", "", extra=THINK_ON),
+    "gemma4-answer": Case("<|channel>thought\nSimple greeting.<channel|>Hello there.",
+                          "Simple greeting.", "Hello there.", calls=(), extra=THINK_ON),
+    "gemma4-two-calls": Case(
+        '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>'
+        '<|tool_call>call:get_weather{city:<|"|>Lyon<|"|>}<tool_call|>', "", "", calls=TWO),
+    # several calls as Prism's llama3_json.jinja writes them in the history
+    "llama3-json-two-calls": Case(
+        '{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}; '
+        '{"name": "get_weather", "parameters": {"city": "Lyon"}}', "", "", calls=TWO),
     "llama3-json": Case('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}',
                         "", ""),
     "llama3-json-python-tag": Case(
