@@ -217,3 +217,27 @@ def test_tap_in_front_of_llama_cpp_server(upstream, tmp_path):
     assert run.wait(10) is not None
     assert run.result.content == content.strip("\n")  # the window shows what it answered
     assert run.result.anomalies.get("upstream_leak", 0) == 0
+
+
+def test_each_streamed_token_carries_the_upstreams_logprobs(upstream):
+    import threading
+
+    from engine.base import Job
+    from engine.request import Sampling
+
+    engine = UpstreamEngine(upstream.url)
+    tokens, done = [], threading.Event()
+    job = Job(prompt="<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n",
+              max_tokens=5, top_logprobs=3, sampling=Sampling(temperature=0),
+              on_token=tokens.append, on_finish=lambda fin: done.set())
+    try:
+        assert engine.ready.wait(10)
+        engine.submit(job)
+        assert done.wait(60)
+    finally:
+        engine.close()
+    assert len(tokens) == 5
+    for tok in tokens:
+        assert len(tok.top) == 3
+        assert tok.top[0][0] == tok.text  # greedy: the likeliest was chosen
+        assert [lp for _, lp in tok.top] == sorted((lp for _, lp in tok.top), reverse=True)
