@@ -160,6 +160,58 @@ def test_shipped_family_templates_are_detected_as_their_family():
         assert detect(text).dialect == spec.dialect, spec.name
 
 
+# --- shipped templates and parsers agree ------------------------------------------------------
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather by city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "days": {"type": "integer"}},
+                   "required": ["city"]}}}
+CALLS = (("get_weather", {"city": "Paris", "days": 2}), ("get_weather", {"city": "Lyon"}))
+# Thinking as each template must have it for its generation prompt to be a prefix of the
+# rendered assistant turn (DeepSeek's opens <think> for the model but writes </think> in the
+# history).
+THINKING = {"deepseek": False, "dsml": True, "gemma4": True, "mistral": True}
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=[f.dialect for f in FAMILIES])
+def test_what_a_template_writes_as_the_models_calls_is_what_the_parser_reads(fam):
+    """Render a turn with two calls after the prompt the model saw: the text the template
+    writes for that turn, parsed from the prompt's start state, gives back those two calls
+    (and the turn's answer and reasoning where the template shows them), with no anomaly."""
+    if fam.dialect not in dialects.NAMES:
+        pytest.skip(f"no parser for the {fam.dialect} dialect yet (engine/dialects)")
+    from engine.events import result_of
+    from engine.parser import OutputParser
+    from engine.request import Message
+
+    pack = resolve_pack(fam.pack, require_model=False)
+    tmpl = pack.chat_template()
+    thinking = THINKING.get(fam.dialect, pack.thinking)
+    calls = tuple({"id": f"call_{i}", "type": "function",
+                   "function": {"name": name, "arguments": args}}
+                  for i, (name, args) in enumerate(CALLS))
+    ask = Message("user", "Weather in Paris for two days, and Lyon?")
+    turn = Message("assistant", "Checking.", reasoning_content="Need both cities.",
+                   tool_calls=calls)
+    prompt = tmpl.render([ask], tools=[WEATHER], enable_thinking=thinking)
+    whole = tmpl.render([ask, turn], tools=[WEATHER], enable_thinking=thinking,
+                        add_generation_prompt=False)
+    assert whole.startswith(prompt), (prompt[-40:], whole[len(prompt) - 40:])
+    written = whole[len(prompt):]
+    ends = tuple({*pack.stop, pack.eos_token, "\n"} - {""})
+    while written.endswith(ends):  # the end of turn is the engine's stop, not text
+        written = written.removesuffix(next(e for e in ends if written.endswith(e)))
+    parser = OutputParser(start=start_state(prompt, fam.dialect), dialect=fam.dialect,
+                          tools=(WEATHER,))
+    res = result_of(parser.feed(written) + parser.finish())
+    assert [(c.name, c.arguments) for c in res.tool_calls] == list(CALLS), written
+    assert res.content.strip() == ("Checking." if "Checking." in written else ""), written
+    want = "Need both cities." if "Need both cities." in written else ""
+    assert res.reasoning.strip() == want, written
+    assert not any(res.anomalies.values()), (res.anomalies, written)
+
+
 # --- the engine: exactly the preserved special tokens render as text ---------------------------
 
 
