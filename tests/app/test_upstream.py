@@ -348,13 +348,14 @@ def test_health_follows_the_upstream(front):
 # --- the command line ---------------------------------------------------------------------------
 
 
-def test_prism_serve_upstream_command_line(serve, tmp_path: Path):
+@pytest.mark.parametrize("tap", [False, True])
+def test_prism_serve_upstream_command_line(serve, tmp_path: Path, tap: bool):
     back = serve("Plan.\n</think>\n\nFrom the back.", model_name="back-model")
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", "--upstream", back.url, "--port", str(port),
-         "--no-record", "--log-level", "warning"],
+         "--no-record", "--log-level", "warning", *(["--tap"] if tap else [])],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as http:
@@ -371,6 +372,10 @@ def test_prism_serve_upstream_command_line(serve, tmp_path: Path):
             reply = http.post("/v1/chat/completions", json={"messages": ASK}).json()
         msg = reply["choices"][0]["message"]
         assert (msg["reasoning_content"], msg["content"]) == ("Plan.", "From the back.")
+        if tap:  # the back's own reply, relayed: its id names the back's run
+            assert reply["id"] == f"chatcmpl-{back.last.id}"
+        else:  # raw mode: the back served a completion (no chat run there)
+            assert back.runs == [] and reply["id"].startswith("chatcmpl-req-")
     finally:
         proc.terminate()
         proc.wait(10)
