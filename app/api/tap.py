@@ -101,6 +101,11 @@ class TapEngine:
         self.upstream.close(timeout)
 
 
+class UpstreamCut(ConnectionError):
+    """Raised inside a relayed body when the upstream's stream broke: the server then drops
+    the caller's connection the same way, rather than ending the reply as if it were whole."""
+
+
 class Relay:
     """One forwarded request. The HTTP exchange runs on the upstream engine's loop; `get()`
     (on the caller's loop) returns ("head", status, headers), ("data", bytes)..., then ("end",)
@@ -282,13 +287,16 @@ async def tap(request: Request):
     relay = Relay(engine.upstream, url, raw, forward_headers(request, state, engine.upstream,
                                                              path))
     engine.taps += 1
+    tapped = None
     try:
         tapped = await Tapped.open(state, engine, path, raw)
-    except BaseException:
+        first = await relay.get()
+    except BaseException:  # the caller left (or the server stops) before the answer began
         engine.taps -= 1
         relay.cancel()
+        if tapped is not None:
+            tapped.end("cancelled")
         raise
-    first = await relay.get()
     if first[0] == "error":
         engine.taps -= 1
         err = first[1]
@@ -317,10 +325,10 @@ async def relay_body(engine: TapEngine, relay: Relay, tapped: Tapped,
             item = await relay.get()
             if item[0] == "end":
                 break
-            if item[0] == "error":  # cut mid-way: the caller sees the connection end early
+            if item[0] == "error":  # cut mid-way: so is the caller's, as the upstream did it
                 tapped.end("error", f"the upstream cut the stream: {item[1]}", 502)
                 ended = True
-                return
+                raise UpstreamCut(str(item[1]))
             data = item[1]
             yield data  # first to the caller, unchanged; then read
             if tapped.reader is not None and tapped.stream and status < 400:

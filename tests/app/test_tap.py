@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anthropic
+import httpx
 import pytest
 
 from app.api.server import ServerThread
@@ -152,6 +153,28 @@ def test_upstream_errors_pass_through_and_a_refused_upstream_is_a_502(tap):
     assert err.value.status_code == 502
     assert err.value.body["type"] == "error"  # the caller's dialect
     assert "could not be reached" in err.value.body["error"]["message"]
+
+
+def test_an_upstream_cut_mid_way_cuts_the_callers_stream_too(tap):
+    async def script(req: Seen, reply: Reply) -> None:
+        await reply.start_stream()
+        await reply.send(STREAM[0])
+        await reply.send(STREAM[2])
+        reply.cut()
+
+    with ScriptedUpstream(script) as up:
+        live = tap(up.url)
+        got = b""
+        with pytest.raises(httpx.RemoteProtocolError), \
+                live.http().stream("POST", "/v1/chat/completions", content=REQUEST,
+                                   headers={"content-type": "application/json"}) as resp:
+            for data in resp.iter_raw():
+                got += data
+    assert got == STREAM[0] + STREAM[2]  # all that came, then the same broken end
+    wait_done(live)
+    fin = live.last.finish
+    assert fin.reason == "error" and "cut the stream" in fin.error
+    assert live.last.result.content == "Hello été"  # kept, as the recording keeps it
 
 
 def test_a_client_that_leaves_closes_the_upstream_stream(tap):
