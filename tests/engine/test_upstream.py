@@ -261,7 +261,7 @@ def test_cancel_closes_the_upstream_stream(engines):
 def test_jobs_run_side_by_side(engines):
     """Requests to an upstream are not queued behind each other: two slow streams overlap."""
     async def script(req: Seen, reply: Reply) -> None:
-        await stream_texts(reply, ["x"] * 10, delay=0.05)
+        await stream_texts(reply, ["x"] * 20, delay=0.05)
 
     with ScriptedUpstream(script) as up:
         eng = engines(up.url)
@@ -270,7 +270,7 @@ def test_jobs_run_side_by_side(engines):
         eng.submit(b.job())
         assert eng.queue_depth() == 2
         fa, fb = a.wait(), b.wait()
-    # Each took ~0.5 s; run one after the other the second would start after the first ended.
+    # Each took ~1 s; run one after the other the second would start after the first ended.
     t_first_b = b.tokens[0].t
     assert t_first_b < a.tokens[-1].t
     assert fa.reason == fb.reason == "stop"
