@@ -1,8 +1,10 @@
-"""The engine protocol: what every token source (llama.cpp, replay) offers the service.
+"""The engine protocol: what every token source (llama.cpp, replay, an upstream server) offers
+the service.
 
-Owns `Token`, `Job`, `Timings` and the `Engine` protocol. An engine runs jobs one at a time,
-in FIFO order, on a thread of its own, and streams tokens back through the job's callback
-(called on the engine's thread). No Qt, no HTTP.
+Owns `Token`, `Job`, `Timings`, `Finish` and the `Engine` protocol. An engine takes jobs in FIFO
+order (llama.cpp runs up to `parallel` of them at once; an upstream sends each as it comes) on
+a thread of its own, and streams tokens back through the job's callbacks, called on that
+thread (docs/design.md, sections 3 and 5). No Qt, no HTTP.
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ class Engine(Protocol):
     ready: threading.Event  # set once the model is loaded (at once for replay)
     load_error: str | None
     state: str  # "loading" | "idle" | "generating" | "error" | "closed"
+    # The texts of the vocabulary's special tokens, where the engine has a vocabulary (llama.cpp);
+    # () for the others (replay, upstream): engine/special.py then looks for the usual shapes.
+    special_texts: tuple[str, ...]
 
     def submit(self, job: Job) -> None: ...
 

@@ -305,7 +305,7 @@ class Metrics:
 
     def _queue_depth(self) -> int:
         eng = self.engine
-        if eng is not None and hasattr(eng, "queue_depth"):
+        if eng is not None:
             try:
                 return int(eng.queue_depth())
             except Exception:  # a closed engine must not break metrics

@@ -117,6 +117,7 @@ class QueuedEngine:
 
     name: str
     n_ctx: int
+    special_texts: tuple[str, ...] = ()  # no vocabulary (replay); LlamaEngine reads its own
 
     def _start_worker(self, thread_name: str) -> None:
         self.ready = threading.Event()

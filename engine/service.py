@@ -180,11 +180,14 @@ class Service:
         self.engine = engine
         self.pack = pack
         self.template = ChatTemplate(pack.template, bos_token=pack.bos_token,
-                                     eos_token=pack.eos_token)
+                                     eos_token=pack.eos_token, dialect=pack.dialect)
         self.metrics = metrics
         self.recorder = recorder
         self.escape_special = False  # --escape-special: message content tokenized as text
-        self._tokenize_limit = "limit" in inspect.signature(engine.tokenize).parameters
+        # What the engine's tokenizer takes beyond the text (engine/vocab.py's: llama.cpp only).
+        params = inspect.signature(engine.tokenize).parameters
+        self._tokenize_limit = "limit" in params
+        self._tokenize_plain = "plain" in params
         self._listeners: list[Callable[[RunUpdate], None]] = []
 
     def add_listener(self, fn: Callable[[RunUpdate], None]) -> None:
@@ -217,11 +220,10 @@ class Service:
     def mark_specials(self, request: ChatRequest, prompt: str) -> special.PromptMarks:
         """The special tokens the messages brought into `prompt`; with `escape_special`
         (--escape-special) their spans are tokenized as plain text."""
-        escape = self.escape_special and hasattr(self.engine, "special_texts")
         return special.mark(
             prompt, request.messages,
             lambda msgs: self.render(dataclasses.replace(request, messages=msgs)),
-            getattr(self.engine, "special_texts", None), escape=escape)
+            self.engine.special_texts, escape=self.escape_special and self._tokenize_plain)
 
     def _prompt_ids(self, prompt: str, marks: special.PromptMarks, n_ctx: int,
                     max_tokens: int | None) -> list[int]:

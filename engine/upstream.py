@@ -109,6 +109,7 @@ class UpstreamEngine:
         # special tokens its dialect reads (llama.cpp's server keeps exactly these as text).
         self.stops: tuple[str, ...] = ()
         self.preserved: tuple[str, ...] = ()
+        self.special_texts: tuple[str, ...] = ()  # no vocabulary here (Engine.special_texts)
         self.ready = threading.Event()
         self.load_error: str | None = None
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)

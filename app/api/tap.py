@@ -67,6 +67,7 @@ class TapEngine:
     ready = property(lambda self: self.upstream.ready)
     load_error = property(lambda self: self.upstream.load_error)
     base = property(lambda self: self.upstream.base)
+    special_texts = property(lambda self: self.upstream.special_texts)
 
     @property
     def state(self) -> str:
