@@ -16,7 +16,8 @@ server has one: `skip_special_tokens: false` and `spaces_between_special_tokens:
 SGLang reads the first), `preserved_tokens` (llama.cpp's server: the dialect's special tokens,
 kept as text). Servers ignore the fields they do not know.
 Each streamed delta is one `Token`, or one per entry of its logprobs when those split it; token
-ids are -1 (OpenAI's completions stream carries none).
+ids are -1 (OpenAI's completions stream carries none). Reading and writing that wire (error
+bodies, deltas, SSE) is engine/upstream_wire.py's.
 
 Errors end the job with reason "error" and `Finish.status`, the HTTP status Prism should answer
 with: the upstream's own 4xx (its message kept), 502 for a refused connection, a 5xx or a stream
