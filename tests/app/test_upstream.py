@@ -113,6 +113,14 @@ def test_models_list_the_upstream_model_and_anthropic_works(serve, front):
     assert msg.content[1].text == "Hi there."
 
 
+def test_raw_completions_through_a_chain_of_prisms(serve, front):
+    raw = "<think>\nhm\n</think>\n\n<tool_call>\n<function=f>\n</function>\n</tool_call>"
+    back = serve(raw)
+    middle = front(back.url)
+    resp = middle.openai().completions.create(model="m", prompt="anything", max_tokens=100)
+    assert resp.choices[0].text == raw  # raw in, raw out: no template, no parser, twice
+
+
 def test_the_rendered_prompt_and_the_sampling_go_upstream(front):
     async def ok(req: Seen, reply: Reply) -> None:
         await stream_texts(reply, ["Hm.", "\n</think>\n\n", "Yes."])
