@@ -297,6 +297,24 @@ def test_a_think_tag_left_in_content_is_flagged(tap):
     assert live.last.result.anomalies[UPSTREAM_LEAK] == 1
 
 
+def test_a_call_left_in_the_upstreams_reasoning_is_flagged(tap):
+    thinking = "I need the weather.\n\n" + xml_call("get_weather", city="Paris")
+
+    async def script(req: Seen, reply: Reply) -> None:
+        await reply.json(200, {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "reasoning_content": thinking, "content": ""}}]})
+
+    with ScriptedUpstream(script) as up:
+        live = tap(up.url)
+        live.openai().chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+    wait_done(live)
+    res = live.last.result
+    assert res.anomalies[UPSTREAM_LEAK] == 1
+    assert res.anomalies["implicit_reasoning_end"] == 1  # how Prism itself reads it
+    assert [c.name for c in res.tool_calls] == ["get_weather"]
+    assert res.reasoning == "I need the weather."
+
+
 def test_synth_writes_the_calls_in_the_pack_syntax_and_knows_whose_text_is_whose():
     s = Synth("qwen-xml", "reasoning")
     s.reasoning("think")
