@@ -41,14 +41,14 @@ class HeaderTimeoutH11(H11Protocol):
     """H11Protocol that closes a connection whose request head does not arrive in time."""
 
     header_timeout_s = HEADER_TIMEOUT_S
+    _head_timer: asyncio.TimerHandle | None = None  # armed while a request head is awaited
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._head_timer: asyncio.TimerHandle | None = None
         self._arm_head_timer()
 
     def _arm_head_timer(self) -> None:
-        if getattr(self, "_head_timer", None) is not None:
+        if self._head_timer is not None:
             self._head_timer.cancel()
         self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
 
@@ -70,7 +70,7 @@ class HeaderTimeoutH11(H11Protocol):
             self._arm_head_timer()  # the next request on this connection gets a deadline too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if getattr(self, "_head_timer", None) is not None:
+        if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
         super().connection_lost(exc)
