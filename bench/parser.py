@@ -187,8 +187,8 @@ def main() -> None:
     print(f"output: {len(big):,} chars, {big.count('<tool_call>')} tool-call tags, "
           f"{big.count('```') // 2} fenced blocks")
     for st in (False, True):
-        # best of 3 for both sizes: the ratio compares costs, not scheduler noise
-        t_small = min(feed_chars(small, st) for _ in range(3))
+        # best of 9 runs of 100 kB and 3 of 1 MB: the ratio compares costs, not noise
+        t_small = min(feed_chars(small, st) for _ in range(9))
         t_big = min(feed_chars(big, st) for _ in range(3))
         print(f"stream_tools={st!s:5}: {len(big) / t_big:,.0f} feeds/s (1-char feeds, 1 MB); "
               f"cost(1 MB)/cost(100 kB) = {t_big / t_small:.2f}")
@@ -206,7 +206,7 @@ def bench_family(family: str, size: int) -> None:
     big = family_output(family, size)
     small = big[: len(big) // 10]
     for st in (False, True):
-        t_small = min(feed_chars(small, st, family, start) for _ in range(3))
+        t_small = min(feed_chars(small, st, family, start) for _ in range(9))
         t_big = min(feed_chars(big, st, family, start) for _ in range(3))
         print(f"{family:12} stream_tools={st!s:5}: {len(big) / t_big:,.0f} feeds/s; "
               f"cost(1 MB)/cost(100 kB) = {t_big / t_small:.2f}")
