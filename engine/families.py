@@ -17,9 +17,12 @@ matches none keeps `auto` (Qwen XML or Hermes JSON, whichever opener the model w
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from engine import dialects
+from engine.events import CONTENT, REASONING, TOOL_CALL, Event
+from engine.request import Message
 
 THINK = ("<think>", "</think>")
 
@@ -140,3 +143,68 @@ def preserved_tokens(dialect: str) -> tuple[str, ...]:
         for tok in getattr(mod, "PRESERVED_TOKENS", ()) if mod is not None else ():
             seen[tok] = None
     return tuple(seen)
+
+
+# --- history repair ------------------------------------------------------------------------------
+# A model of a reasoning family sometimes writes a complete call inside its reasoning, without
+# closing it. Shown that turn again as is, it learns from its own example to keep calls in the
+# reasoning. As engine/template.py does for Qwen's tags, the turn is repaired before rendering:
+# the reasoning is closed where the call starts. "A real call" is decided by the family's own
+# parser (engine/parser.py), so the repair and the reading of the output never disagree: a call
+# quoted, fenced or unfinished stays reasoning in both. The shipped family templates do the same
+# in jinja (resources/templates/*.jinja), for GGUFs that take them elsewhere.
+
+
+def _call_cut(text: str, dialect: str, tail_only: bool) -> int:
+    """Where the first complete call in reasoning `text` begins, as the family's parser reads
+    it (it leaves the reasoning there: an implicit end); -1 when there is none. With
+    tail_only, also -1 unless the calls end the text (no answer after them). Newlines before
+    the call stay on the reasoning's side."""
+    from engine.parser import OutputParser  # the parser imports the dialects, as we do
+
+    parser = OutputParser(start=REASONING, dialect=dialect)
+    events: list[Event] = parser.feed(text) + parser.finish()
+    cut, called = -1, False
+    for ev in events:
+        if cut == -1:
+            if ev.kind != REASONING:
+                cut = ev.span[0]
+        elif ev.kind == REASONING or (tail_only and ev.kind == CONTENT and ev.text.strip()):
+            return -1
+        called = called or ev.kind == TOOL_CALL
+    if not called:
+        return -1
+    while text[cut:cut + 1] == "\n":
+        cut += 1
+    return cut
+
+
+def repair_message(message: Message, dialect: str) -> Message:
+    """One assistant turn of a reasoning family with its swallowed call moved out of the
+    reasoning (unchanged when it has none, or when the family has no reasoning block that a
+    call could hide in: Harmony's analysis is a message of its own, Llama 3 has none)."""
+    fam = BY_DIALECT.get(dialect)
+    if message.role != "assistant" or fam is None or dialect not in dialects.DIALECTS:
+        return message
+    markers = dialects.markers(dialect)
+    opener, closer = markers.think_open, markers.think_close
+    if not opener or not closer or markers.reopen:
+        return message
+    reasoning, content = message.reasoning_content, message.content
+    if reasoning and not message.tool_calls:  # (b) the reasoning ends with a call
+        cut = _call_cut(reasoning, dialect, tail_only=True)
+        if cut == -1:
+            return message
+        call = reasoning[cut:].rstrip()
+        if content.strip():
+            call += "\n" + content.lstrip("\n")
+        return dataclasses.replace(message, reasoning_content=reasoning[:cut].rstrip("\n"),
+                                   content=call)
+    if reasoning is None and content.lstrip().startswith(opener) and closer not in content:
+        at = content.find(opener) + len(opener)  # (a) the content opens it and never closes
+        cut = _call_cut(content[at:], dialect, tail_only=False)
+        if cut == -1:
+            return message
+        return dataclasses.replace(message, reasoning_content=content[at:at + cut].strip("\n"),
+                                   content=content[at + cut:])
+    return message

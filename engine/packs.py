@@ -70,7 +70,8 @@ class Pack:
     dialect_origin: str = ""  # why this dialect: the pack, --dialect, or the template's marker
 
     def chat_template(self) -> ChatTemplate:
-        return ChatTemplate(self.template, bos_token=self.bos_token, eos_token=self.eos_token)
+        return ChatTemplate(self.template, bos_token=self.bos_token, eos_token=self.eos_token,
+                            dialect=self.dialect)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
-from engine import dialects
+from engine import dialects, families
 from engine.dialects.common import FULL, skip_ws
 from engine.request import Message
 from engine.tags import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN
@@ -154,8 +154,10 @@ class ChatTemplate:
     """A compiled chat template. `render` repairs the history (see `repair_history`), then
     renders it the way transformers' `apply_chat_template(tokenize=False)` does."""
 
-    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "",
+                 dialect: str = "auto") -> None:
         self.source = source
+        self.dialect = dialect  # whose calls history repair looks for
         self.bos_token = bos_token
         self.eos_token = eos_token
         try:
@@ -193,7 +195,7 @@ class ChatTemplate:
         # transformers passes tools=None, not [], when a request has none; templates such as
         # Llama 3.1's test `tools is not none`, so the difference shows in the prompt.
         tool_list = [dict(t) for t in tools] or None
-        messages = repair_history(messages)
+        messages = repair_history(messages, self.dialect)
         if not continue_final or not messages or messages[-1].role != "assistant":
             return self._render(messages, tool_list, add_generation_prompt, variables)
         final = messages[-1]
@@ -343,6 +345,10 @@ def repair_message(message: Message) -> Message:
     return message if content is None else dataclasses.replace(message, content=content)
 
 
-def repair_history(messages: Iterable[Message]) -> tuple[Message, ...]:
-    """Every assistant turn whose thinking swallowed a tool call, closed before the call."""
+def repair_history(messages: Iterable[Message], dialect: str = "auto") -> tuple[Message, ...]:
+    """Every assistant turn whose thinking swallowed a tool call, closed before the call. The
+    model families other than Qwen / Hermes (`dialect`) are repaired by engine/families.py,
+    with their own markers."""
+    if dialect in families.BY_DIALECT:
+        return tuple(families.repair_message(m, dialect) for m in messages)
     return tuple(repair_message(m) for m in messages)

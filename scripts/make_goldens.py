@@ -25,6 +25,7 @@ from tokenizers import Tokenizer  # noqa: E402
 from tokenizers.models import WordLevel  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
+from engine.families import detect  # noqa: E402
 from engine.packs import TEMPLATES, read_gguf_metadata  # noqa: E402
 from engine.request import Message  # noqa: E402
 from engine.template import repair_history  # noqa: E402
@@ -170,21 +171,20 @@ CASES += [
 
 def think_family_cases(family: str, template: str, call: str, bos: str = "", eos: str = "",
                        think: str = "<think>") -> list[dict]:
-    """Tools over several turns, thinking on and off, and both history fixes (a call left
-    inside the thinking: content opening <think>, or reasoning_content ending with it). Named
-    `_fix_`, not `_repair_`: Prism's Python repair reads Qwen's tags only, so for these the
-    template's own jinja repair is what the golden pins."""
+    """Tools over several turns, thinking on and off, and both history repairs (a call left
+    inside the thinking: content opening <think>, or reasoning_content ending with it), which
+    the template does in jinja and Prism in Python (engine/families.py): both must agree."""
     return [
         case(f"{family}_tools_multiturn", template, [SYSTEM, *TOOL_TURNS], tools=[WEATHER, WRITE],
              bos=bos, eos=eos),
         case(f"{family}_thinking_on", template, [user("2+2?")], thinking=True, bos=bos, eos=eos),
         case(f"{family}_thinking_off", template, [user("2+2?")], thinking=False, bos=bos, eos=eos),
-        case(f"{family}_fix_open_think_content", template,
+        case(f"{family}_repair_open_think_content", template,
              [user("Weather in Paris?"),
               Message("assistant", think + "\nThe user wants weather.\n" + call),
               Message("tool", "sunny", tool_call_id="call_get_weather"),
               Message("assistant", "Sunny."), user("Thanks")], tools=[WEATHER], bos=bos, eos=eos),
-        case(f"{family}_fix_reasoning_tail", template,
+        case(f"{family}_repair_reasoning_tail", template,
              [user("Weather in Paris?"),
               Message("assistant", "", reasoning_content="Let me look.\n" + call + "\n"),
               Message("tool", "sunny", tool_call_id="call_get_weather")], tools=[WEATHER],
@@ -258,7 +258,8 @@ def main() -> None:
     out = []
     for c in CASES:
         expected = render(c)
-        repaired = [m.to_template() for m in repair_history(_messages(c["messages"]))]
+        dialect = detect(template_source(c["template"])).dialect
+        repaired = [m.to_template() for m in repair_history(_messages(c["messages"]), dialect)]
         if "_repair_" in c["name"] and (
             repaired == c["messages"] or render({**c, "messages": repaired}) != expected
         ):

@@ -6,6 +6,7 @@ them)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -13,9 +14,17 @@ import pytest
 
 from engine import dialects, families
 from engine.base import Finish, Job, Token
-from engine.families import FAMILIES, detect, preserved_tokens, start_state
+from engine.families import (
+    BY_DIALECT,
+    FAMILIES,
+    detect,
+    preserved_tokens,
+    repair_message,
+    start_state,
+)
 from engine.packs import TEMPLATES, builtin_packs, pack_from_gguf, resolve_pack
-from engine.request import Sampling
+from engine.request import Message, Sampling
+from engine.template import ChatTemplate, repair_history
 from tests.engine.test_packs import write_gguf
 
 # One line from each family's real chat template (the markers detection must read), with the
@@ -210,6 +219,84 @@ def test_what_a_template_writes_as_the_models_calls_is_what_the_parser_reads(fam
     want = "Need both cities." if "Need both cities." in written else ""
     assert res.reasoning.strip() == want, written
     assert not any(res.anomalies.values()), (res.anomalies, written)
+
+
+# --- history repair per family (engine/families.py repair_message) ----------------------------
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "chat_golden.json").read_text("utf-8"))
+REPAIRS = [c for c in GOLDEN if "_repair_" in c["name"]
+           and detect((TEMPLATES / c["template"]).read_text("utf-8")).dialect in BY_DIALECT]
+# A call of each reasoning family, as its model writes it, and how its reasoning opens.
+FAMILY_CALLS = {
+    "deepseek": ("<think>", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+                 '{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+    "dsml": ("<think>", '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
+             '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+             "</｜DSML｜invoke>\n</｜DSML｜function_calls>"),
+    "glm": ("<think>", "<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+            "<arg_value>Paris</arg_value>\n</tool_call>"),
+    "kimi-k2": ("<think>", "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+                '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+                "<|tool_calls_section_end|>"),
+    "minimax-xml": ("<think>", '<minimax:tool_call>\n<invoke name="get_weather">\n'
+                    '<parameter name="city">Paris</parameter>\n</invoke>\n</minimax:tool_call>'),
+    "mistral": ("[THINK]", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'),
+    "gemma4": ("<|channel>thought",
+               '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'),
+}
+
+
+@pytest.mark.parametrize("case", REPAIRS, ids=[c["name"] for c in REPAIRS])
+def test_python_and_jinja_repairs_render_alike(case):
+    """Prism repairs the history in Python before rendering (the pack's dialect), the shipped
+    template repairs it again in jinja: the prompt is still what transformers renders from the
+    unrepaired history with the template alone."""
+    source = (TEMPLATES / case["template"]).read_text("utf-8")
+    dialect = detect(source).dialect
+    msgs = [Message(**{**d, "tool_calls": tuple(d.get("tool_calls", ()))})
+            for d in case["messages"]]
+    assert repair_history(msgs, dialect) != tuple(msgs)  # Python did repair something
+    tmpl = ChatTemplate(source, bos_token=case["bos_token"], eos_token=case["eos_token"],
+                        dialect=dialect)
+    got = tmpl.render(msgs, tools=case["tools"],
+                      add_generation_prompt=case["add_generation_prompt"],
+                      enable_thinking=case["enable_thinking"])
+    assert got == case["expected"]
+
+
+@pytest.mark.parametrize("dialect", sorted(FAMILY_CALLS))
+def test_repair_moves_a_swallowed_call_out_of_the_reasoning(dialect):
+    opener, call = FAMILY_CALLS[dialect]
+    # (a) the content opens the reasoning and never closes it
+    fixed = repair_message(Message("assistant", opener + "\nThe user wants weather.\n" + call),
+                           dialect)
+    assert (fixed.reasoning_content, fixed.content) == ("The user wants weather.", call)
+    # (b) the reasoning ends with the call; the answer after it is kept after the call
+    fixed = repair_message(Message("assistant", "Done.", reasoning_content="Look.\n" + call),
+                           dialect)
+    assert (fixed.reasoning_content, fixed.content) == ("Look.", call + "\nDone.")
+    assert repair_message(fixed, dialect) == fixed  # once is enough
+    # what the parser would not read as a call stays reasoning: quoted, fenced, unfinished
+    for reasoning in ("Quoted `" + call + "` here.", "Like:\n```\n" + call + "\n```",
+                      "Look.\n" + call[: len(call) // 2]):
+        turn = Message("assistant", "", reasoning_content=reasoning)
+        assert repair_message(turn, dialect) == turn
+    # a turn that has its calls already, other roles, and other families' markup: untouched
+    done = Message("assistant", "", reasoning_content="Look.\n" + call,
+                   tool_calls=({"id": "c", "type": "function",
+                                "function": {"name": "get_weather", "arguments": {}}},))
+    assert repair_message(done, dialect) == done
+    assert repair_message(Message("user", opener + "\n" + call), dialect).content == (
+        opener + "\n" + call)
+    other = "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"
+    turn = Message("assistant", "", reasoning_content="Look.\n" + other)
+    assert repair_message(turn, dialect) == turn
+
+
+@pytest.mark.parametrize("dialect", ["harmony", "llama3-json"])
+def test_families_without_a_reasoning_block_to_hide_in_are_never_repaired(dialect):
+    turn = Message("assistant", "", reasoning_content='Look.\n{"name": "f", "parameters": {}}')
+    assert repair_message(turn, dialect) == turn
 
 
 # --- the engine: exactly the preserved special tokens render as text ---------------------------
