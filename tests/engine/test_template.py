@@ -47,7 +47,9 @@ def test_goldens_cover_the_required_cases():
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
-def test_golden_renders_byte_for_byte(case):
+def test_golden_renders_byte_for_byte(case, request):
+    if case["template"].startswith("gguf:"):  # the default model's own template
+        request.getfixturevalue("default_model")  # skipped, saying why, where it is missing
     tmpl = ChatTemplate(source(case["template"]), bos_token=case["bos_token"],
                         eos_token=case["eos_token"])
     got = tmpl.render(messages(case["messages"]), tools=case["tools"],
