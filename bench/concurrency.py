@@ -14,6 +14,8 @@ in every process:
          Target: >= 0.97.
   short  time to first token of a short request sent while a long one generates, on
          `--parallel 1` (it waits for the long one) and `--parallel 4`. Target: < 1 s.
+  engine Prism's engine alone with max(C) jobs at once: the share of wall time spent inside
+         `llama_decode` (the rest is Prism's loop: batching, sampling, stop gates).
 
 The bare loop runs on this process's main thread; each server is its own process, and the
 clients are threads of this one.
@@ -87,6 +89,44 @@ def bare_loop(model: str, b: int, steps: int, threads: int) -> float:
     ctx.close()
     m.close()
     return b * steps / dt
+
+
+def engine_share(model: str, b: int, n: int, threads: int) -> tuple[float, float, int]:
+    """Prism's engine alone (no HTTP): B jobs of n tokens at once. Returns the share of wall
+    time spent inside llama_decode, the ms a step spent outside it, and the steps taken."""
+    import llama_cpp
+
+    from engine.base import Job
+    from engine.llama import LlamaEngine
+    from engine.request import Sampling
+
+    orig, spent, steps = llama_cpp.llama_decode, [0.0], [0]
+
+    def timed(ctx, batch):
+        t = time.perf_counter()
+        try:
+            return orig(ctx, batch)
+        finally:
+            spent[0] += time.perf_counter() - t
+            steps[0] += 1
+
+    eng = LlamaEngine(model, n_ctx=2048, parallel=b, n_threads=threads)
+    eng.ready.wait()
+    llama_cpp.llama_decode = timed  # engine/batch.py looks it up at each call
+    try:
+        done = [threading.Event() for _ in range(b)]
+        t0 = time.perf_counter()
+        for i in range(b):
+            eng.submit(Job(prompt=chatml(f"Story number {i}. {LONG_Q}"), max_tokens=n,
+                           sampling=Sampling(temperature=0.0),
+                           on_finish=lambda fin, e=done[i]: e.set()))
+        for e in done:
+            e.wait()
+        wall = time.perf_counter() - t0
+    finally:
+        llama_cpp.llama_decode = orig
+        eng.close()
+    return spent[0] / wall, (wall - spent[0]) * 1000.0 / max(1, steps[0]), steps[0]
 
 
 class Server:
@@ -169,6 +209,9 @@ def main(args) -> int:
     print(f"model SmolLM2-135M Q4_1, threads {threads}, max_tokens {n}, {runs} rounds, "
           f"concurrency {cs}", flush=True)
     med = statistics.median
+    share, outside, steps = engine_share(model, max(cs), n, threads)
+    print(f"engine alone, {max(cs)} jobs x {n} tokens: {steps} steps, {share:.1%} of the wall "
+          f"time inside llama_decode, {outside:.2f} ms a step outside it", flush=True)
     servers = {p: Server(p, threads, args.n_ctx) for p in sorted({1, 4, max(cs)})}
     top = servers[max(cs)]
     rows = []
