@@ -213,14 +213,14 @@ def test_a_long_prompt_is_prefilled_in_chunks_and_cancellable_between_them(
         assert long.wait(60).reason == "cancelled"
         gen.job.cancel()
         gen.wait(60)
-        assert long.finish.timings.output_tokens == 0
-        # `gen` kept one token a step while the long prompt was being decoded.
-        assert steps == sorted(steps) and len(set(steps)) == len(steps)
+        assert long.finish.timings.output_tokens == 0 and len(steps) == 6
         # The chunks decoded before the cancel stay in that slot's cache: a retry reuses them.
+        # `gen` got a token every step meanwhile, and each step took one 32-token chunk of the
+        # long prompt: about six chunks were in when the cancel came, not the whole prompt.
         retry = Collector(long_prompt, max_tokens=1)
         eng.submit(retry.job)
         t = retry.wait(60).timings
-        assert 32 <= t.cached_tokens < n_long - 1
+        assert 32 <= t.cached_tokens <= 8 * 32 < n_long - 1
     finally:
         eng.close()
 
