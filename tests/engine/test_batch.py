@@ -9,8 +9,8 @@ several rows, so logits move in the last bits and a near-tie can flip (measured 
 model: the first difference after 6 to 50 tokens, always at a near-tie; the same happens with
 split per-sequence caches), and which jobs share a step depends on when each arrived. What
 holds exactly, and is tested: up to the first difference the outputs are identical, and the
-first difference is a near-tie of the reference run (its top two log-probabilities within
-`NEAR_TIE`, the other run taking the second), never a sequence reading another's cache (that
+first difference is a near-tie of the reference run (the other run takes one of the
+reference's choices within `NEAR_TIE` of its best), never a sequence reading another's cache (that
 would diverge at once and by far).
 """
 
@@ -59,13 +59,15 @@ def together(engine: LlamaEngine, prompts: list[str], **kw) -> list[Collector]:
 
 def same_or_near_tie(ref: list[Token], other: list[Token]) -> int:
     """Index of the first differing token (len when identical); asserts a difference is a
-    near-tie of the reference run and that the other run took its second choice."""
+    near-tie of the reference run: the other run took one of its choices within NEAR_TIE of
+    the best (several can be that close: the shift then picks among them)."""
     n = min(len(ref), len(other))
     i = next((k for k in range(n) if ref[k].id != other[k].id), n)
     if i < n:
-        (_, best), (second_text, runner_up) = ref[i].top[:2]
-        assert best - runner_up < NEAR_TIE, (i, ref[i].top)
-        assert other[i].text == second_text or not other[i].text, (i, other[i], ref[i].top)
+        best = ref[i].top[0][1]
+        near = {text for text, lp in ref[i].top[1:] if best - lp < NEAR_TIE}
+        assert near, (i, ref[i].top)  # the reference itself was at a near-tie there
+        assert other[i].text in near or not other[i].text, (i, other[i], ref[i].top)
     return i
 
 
@@ -100,7 +102,7 @@ def test_four_jobs_at_once_keep_their_own_limits_stops_and_seeds(engine: LlamaEn
 
 
 def test_greedy_beside_three_others_matches_alone_up_to_a_near_tie(engine: LlamaEngine) -> None:
-    kw = dict(max_tokens=40, top_logprobs=2)
+    kw = dict(max_tokens=40, top_logprobs=5)
     alone = [together(engine, [p], **kw)[0] for p in PROMPTS]
     beside = together(engine, PROMPTS, **kw)
     for ref, other in zip(alone, beside, strict=True):
@@ -108,10 +110,12 @@ def test_greedy_beside_three_others_matches_alone_up_to_a_near_tie(engine: Llama
                                                                                   "stop")
         i = same_or_near_tie(ref.tokens, other.tokens)
         assert i >= 1  # the first token comes from the same prompt decode: never a mix-up
+        # Probability mode reads each sequence's own logits row: greedy took its top choice.
+        assert all(tok.top[0][0] == tok.text for tok in other.tokens if tok.text), other.text
 
 
 def test_cancelling_one_of_four_leaves_the_others_going(engine: LlamaEngine) -> None:
-    kw = dict(max_tokens=24, top_logprobs=2)
+    kw = dict(max_tokens=24, top_logprobs=5)
     reference = together(engine, PROMPTS, **kw)
     cs = [Collector(p, **kw) for p in PROMPTS]
     victim = cs[1]
