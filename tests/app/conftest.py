@@ -18,9 +18,14 @@ import pytest
 
 from app.api.server import ServerThread
 from app.api.state import AppState, ServerConfig
+from app.api.tap import TapEngine
 from engine.events import result_of
+from engine.metrics import Metrics
+from engine.packs import Pack
 from engine.parser import OutputParser
+from engine.recording import Recorder
 from engine.service import Run, RunUpdate, Service
+from engine.upstream import UpstreamEngine
 from tests.support import recorded_failures  # noqa: F401 - the API tests import it from here
 
 WEATHER = {"type": "function", "function": {
@@ -108,6 +113,22 @@ class Live:
         return self.runs[-1]
 
 
+def start_live(service: Service, **config) -> Live:
+    """`service` served by a ServerThread on a free port (`ServerConfig(**config)`), the runs
+    it starts collected in `Live.runs`."""
+    state = AppState(service=service, config=ServerConfig(**config))
+    live = Live(ServerThread(state).start(), state)
+    lock = threading.Lock()
+
+    def on_update(upd: RunUpdate) -> None:
+        if upd.kind == "start":
+            with lock:
+                live.runs.append(upd.run)
+
+    service.add_listener(on_update)
+    return live
+
+
 @pytest.fixture
 def serve(replay_service) -> Callable[..., Live]:
     """serve(*outputs, pack="qwen3-xml", speed=0.0, n_ctx=..., **ServerConfig fields)."""
@@ -116,16 +137,7 @@ def serve(replay_service) -> Callable[..., Live]:
     def start(*outputs: str | Path, pack: str = "qwen3-xml", speed: float = 0.0,
               n_ctx: int = 1 << 20, **config) -> Live:
         service = replay_service(*outputs, pack=pack, speed=speed, n_ctx=n_ctx, record=True)
-        state = AppState(service=service, config=ServerConfig(**config))
-        live = Live(ServerThread(state).start(), state)
-        lock = threading.Lock()
-
-        def on_update(upd: RunUpdate) -> None:
-            if upd.kind == "start":
-                with lock:
-                    live.runs.append(upd.run)
-
-        service.add_listener(on_update)
+        live = start_live(service, **config)
         started.append(live)
         return live
 
@@ -134,3 +146,27 @@ def serve(replay_service) -> Callable[..., Live]:
         live.close()
         live.service.engine.close()  # before the server stops: no request waits on it then
         live.thread.stop()
+
+
+@pytest.fixture
+def serve_upstream(tmp_path: Path) -> Callable[..., Live]:
+    """serve_upstream(engine, pack, **ServerConfig fields): an upstream engine (raw mode or
+    --tap) behind a Service with metrics and a recorder (a session file in tmp_path naming the
+    upstream), as `prism serve --upstream` wires it. Clients, engine, server and recorder are
+    closed at teardown, in that order."""
+    started: list[tuple[Live, UpstreamEngine | TapEngine, Recorder]] = []
+
+    def start(engine: UpstreamEngine | TapEngine, pack: Pack, **config) -> Live:
+        recorder = Recorder(tmp_path / f"upstream{len(started)}.jsonl", model=engine.name,
+                            pack=pack.name, upstream=engine.base)
+        service = Service(engine, pack, metrics=Metrics(engine), recorder=recorder)
+        live = start_live(service, **config)
+        started.append((live, engine, recorder))
+        return live
+
+    yield start
+    for live, engine, recorder in started:
+        live.close()
+        engine.close()
+        live.thread.stop()
+        recorder.close()

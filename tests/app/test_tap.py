@@ -16,21 +16,16 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import anthropic
 import httpx
 import pytest
 
-from app.api.server import ServerThread
-from app.api.state import AppState, ServerConfig
 from app.api.tap import TapEngine
 from app.api.tap_readers import Synth, format_call
 from engine.events import UPSTREAM_LEAK
-from engine.metrics import Metrics
 from engine.packs import resolve_pack
-from engine.recording import Recorder, read_session
-from engine.service import Service
+from engine.recording import read_session
 from engine.upstream import UpstreamEngine
 from tests.app.conftest import TOOLS, Live, xml_call
 from tests.app.test_openai import ASK, collect
@@ -41,29 +36,15 @@ OUTPUT = "I should check.\n</think>\n\nLet me look it up.\n" + xml_call("get_wea
 
 
 @pytest.fixture
-def tap(tmp_path: Path) -> Callable[..., Live]:
+def tap(serve_upstream) -> Callable[..., Live]:
     """tap(url, pack="qwen3-xml", **ServerConfig fields): `prism serve --upstream URL --tap`."""
-    started: list[tuple[Live, TapEngine, Recorder]] = []
 
     def start(url: str, *, pack: str = "qwen3-xml", **config) -> Live:
         engine = TapEngine(UpstreamEngine(url))
         assert engine.ready.wait(10)
-        recorder = Recorder(tmp_path / f"tap{len(started)}.jsonl", model=engine.name,
-                            pack=pack, upstream=engine.base)
-        service = Service(engine, resolve_pack(pack, require_model=False),
-                          metrics=Metrics(engine), recorder=recorder)
-        state = AppState(service=service, config=ServerConfig(**config))
-        live = Live(ServerThread(state).start(), state)
-        service.add_listener(lambda u: live.runs.append(u.run) if u.kind == "start" else None)
-        started.append((live, engine, recorder))
-        return live
+        return serve_upstream(engine, resolve_pack(pack, require_model=False), **config)
 
-    yield start
-    for live, engine, recorder in started:
-        live.close()
-        engine.close()
-        live.thread.stop()
-        recorder.close()
+    return start
 
 
 def wait_done(live: Live) -> None:

@@ -29,14 +29,10 @@ import httpx
 import openai
 import pytest
 
-from app.api.server import ServerThread
-from app.api.state import AppState, ServerConfig
 from app.upstream import upstream_pack
 from engine.families import preserved_tokens
-from engine.metrics import Metrics
-from engine.recording import Recorder, read_session
+from engine.recording import read_session
 from engine.replay import ReplayEngine
-from engine.service import Service
 from engine.upstream import UpstreamEngine
 from tests.app.conftest import TOOLS, Live
 from tests.app.test_openai import ASK, CASES, collect, comparable, expected, whole
@@ -54,10 +50,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def front(tmp_path: Path) -> Callable[..., Live]:
-    """front(url, pack=None, template=None, probe_s=5, timeout=600, **ServerConfig fields):
-    Prism with an UpstreamEngine on `url`, wired as `prism serve --upstream` wires it."""
-    started: list[tuple[Live, UpstreamEngine, Recorder]] = []
+def front(serve_upstream) -> Callable[..., Live]:
+    """front(url, pack=None, probe_s=5, timeout=600, **ServerConfig fields): Prism with an
+    UpstreamEngine on `url`, wired as `prism serve --upstream` wires it."""
 
     def start(url: str, *, pack: str | None = None, probe_s: float = 5.0,
               timeout: float = 600.0, **config) -> Live:
@@ -66,22 +61,10 @@ def front(tmp_path: Path) -> Callable[..., Live]:
         args = argparse.Namespace(template=None, pack=pack, tap=False)
         chosen = upstream_pack(args, engine)
         engine.stops, engine.preserved = chosen.stop, preserved_tokens(chosen.dialect)
-        recorder = Recorder(tmp_path / f"front{len(started)}.jsonl", model=engine.name,
-                            pack=chosen.name, upstream=engine.base)
-        service = Service(engine, chosen, metrics=Metrics(engine), recorder=recorder)
         config.setdefault("model_name", engine.name)
-        state = AppState(service=service, config=ServerConfig(**config))
-        live = Live(ServerThread(state).start(), state)
-        service.add_listener(lambda u: live.runs.append(u.run) if u.kind == "start" else None)
-        started.append((live, engine, recorder))
-        return live
+        return serve_upstream(engine, chosen, **config)
 
-    yield start
-    for live, engine, recorder in started:
-        live.close()
-        engine.close()
-        live.thread.stop()
-        recorder.close()
+    return start
 
 
 # --- upstream = another Prism ------------------------------------------------------------------
