@@ -73,7 +73,7 @@ NO_CALL_OPEN = "no <tool_call>"  # the repair of a bare `<function=` call (repai
 _PREFIXES: dict[tuple, frozenset[str]] = {}
 
 
-def _tag_prefixes(mk, dialect: str, key: tuple[bool, bool, bool, bool]) -> frozenset[str]:
+def _tag_prefixes(mk, key: tuple[bool, bool, bool, bool]) -> frozenset[str]:
     close_on, calls_on, bare_on, frame_on = key
     tried = [mk.think_close] if close_on else []
     if calls_on:  # line-start-only openers may have been skipped: never a fast path for them
@@ -148,7 +148,9 @@ class OutputParser:
         self._code_above = False
         self._handoff: tuple[str, int, int] | None = None  # a call's body, set with Tag.CALL
         self._pending = -1  # index in _buf of a tag `_tag` held back as undecided (-1: none)
-        self._hold_key: tuple[bool, bool, bool, bool] = (False, False, False, False)
+        self._pending_set: frozenset[str] = frozenset()  # what may still follow it, undecided
+        self._bare_calls = dialect in ("auto", qwen_xml.NAME)  # a bare `<function=` is a call
+        self._frames = bool(mk.markup or mk.reopen)  # the family has message-frame tags
         # call state
         self._call = None
         self._call_index = 0
@@ -361,10 +363,8 @@ class OutputParser:
         close = mk.think_close
         calls_on = not quoted and (chan == CONTENT or md.line_start)
         bare_on = (calls_on and chan == CONTENT and md.line_start and not self._code_above
-                   and self.dialect in ("auto", qwen_xml.NAME))
-        frame_on = chan == CONTENT and not quoted and bool(mk.markup or mk.reopen)
-        close_on = bool(close) and (chan == REASONING or not quoted)
-        self._hold_key = (close_on, calls_on, bare_on, frame_on)
+                   and self._bare_calls)
+        close_on = close is not None and (chan == REASONING or not quoted)
         if close_on:
             m = match_literal(buf, i, close)
             if m == FULL:
@@ -397,23 +397,29 @@ class OutputParser:
                     self._handoff = self._open_call(i, qwen_xml, bare=True)
                     return _CALL
                 undecided = undecided or m == PREFIX
+        frame_on = chan == CONTENT and not quoted and self._frames
         if undecided and not eof:
-            self._pending = i
+            self._hold(i, (close_on, calls_on, bare_on, frame_on))
             return _HOLD
         if frame_on:
-            return self._frame_tag(buf, i, eof)
+            return self._frame_tag(buf, i, eof, (close_on, calls_on, bare_on, frame_on))
         return _TEXT
+
+    def _hold(self, i: int, key: tuple[bool, bool, bool, bool]) -> None:
+        """`_tag` holds the text from buf[i]: note which tags it tried, for `_still_pending`."""
+        self._pending = i
+        full = (self.dialect, key)
+        prefixes = _PREFIXES.get(full)
+        if prefixes is None:
+            prefixes = _PREFIXES[full] = _tag_prefixes(self._mk, key)
+        self._pending_set = prefixes
 
     def _still_pending(self, text: str) -> bool:
         """Feed's second fast path: the held text is the start of a tag, and with `text` it is
         still only the start of one (no tag complete, some tag still possible), so `_tag` would
         hold it again. Then `text` is just buffered: a long tag fed a character at a time is
         not decided again per character."""
-        key = (self.dialect, self._hold_key)
-        prefixes = _PREFIXES.get(key)
-        if prefixes is None:
-            prefixes = _PREFIXES[key] = _tag_prefixes(self._mk, self.dialect, self._hold_key)
-        if self._buf[self._pending :] + text not in prefixes:
+        if self._buf[self._pending :] + text not in self._pending_set:
             return False
         e = self._emit_from
         self._load(text, 0, self._total)
@@ -421,7 +427,7 @@ class OutputParser:
         self._total += len(text)
         return True
 
-    def _frame_tag(self, buf: str, i: int, eof: bool) -> Tag:
+    def _frame_tag(self, buf: str, i: int, eof: bool, key: tuple[bool, bool, bool, bool]) -> Tag:
         """In the answer, a family's message-frame tag (Harmony's `<|start|>assistant`,
         `<|channel|>final<|message|>`, ...) is markup; its reasoning opener re-enters the
         reasoning. Tried only once no call or closer can start here."""
@@ -451,7 +457,7 @@ class OutputParser:
                 return _TAG
             undecided = undecided or m == PREFIX
         if undecided and not eof:
-            self._pending = i
+            self._hold(i, key)
             return _HOLD
         return _TEXT
 

@@ -47,6 +47,9 @@ _FAMILIES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, kimi_k2, minim
              mistral, gemma4, llama3_json)
 DIALECTS = {mod.NAME: mod for mod in _FAMILIES}
 NAMES = ("auto", *DIALECTS)
+# `auto` reads the two `<tool_call>` dialects, whichever opener the model writes (never the
+# other families: GLM's `<tool_call>NAME` must not become a call of a Qwen model).
+AUTO = (qwen_xml, hermes_json)
 
 __all__ = ["DIALECTS", "FULL", "NAMES", "NONE", "PREFIX", "Match", "markers", "opener_dialect"]
 
@@ -62,7 +65,7 @@ def opener_dialect(dialect: str, text: str, i: int) -> tuple[Match, ModuleType |
 
     `dialect` is "auto" or one of DIALECTS; auto accepts either opener.
     """
-    mods = DIALECTS.values() if dialect == "auto" else (DIALECTS[dialect],)
+    mods = AUTO if dialect == "auto" else (DIALECTS[dialect],)
     undecided = False
     for mod in mods:
         m = mod.match_opener(text, i)

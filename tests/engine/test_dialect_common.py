@@ -71,3 +71,8 @@ def test_opener_dialect_auto_takes_either_and_a_named_dialect_only_its_own():
     assert opener_dialect("auto", '{"name": "f"}', 0)[0] is FULL
     assert opener_dialect("qwen-xml", '{"name": "f"}', 0) == (NONE, None)
     assert opener_dialect("auto", "<fun", 0) == (PREFIX, None)
+
+
+def test_auto_never_takes_another_familys_opener():
+    for body in ("get_weather\n<arg_key>", "functions.f", "<｜tool▁call▁begin｜>f"):
+        assert opener_dialect("auto", body, 0)[0] is NONE, body

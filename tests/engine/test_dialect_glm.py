@@ -51,3 +51,9 @@ def test_reader_directly():
     assert (p.name, p.arguments) == ("get_weather", {"days": 4})
     assert p.end == len("get_weather\n<arg_key>days</arg_key>\n<arg_value>\n4\n</arg_value>\n"
                         "</tool_call>")
+
+
+def test_auto_reads_only_qwen_xml_and_hermes_json():
+    text = call("get_weather", {"city": "Oslo"})
+    res = parse_all_ways(text, dialect="auto", start="content")
+    assert res.tool_calls == () and res.content == text
