@@ -54,15 +54,20 @@ def _needs_tools(choice: ToolChoice, names: Sequence[str], field: str) -> ToolCh
     return choice
 
 
+def _mode(value: str, names: Sequence[str], field: str, named: str) -> ToolChoice:
+    """The OpenAI APIs' mode strings; `named` spells the API's named-function form."""
+    if value in ("auto", "none", "required"):
+        return _needs_tools(ToolChoice(value), names, field)
+    raise _bad(f"Invalid value for '{field}': {value!r}; expected 'auto', 'none', 'required' "
+               f"or {named}", field)
+
+
 def openai(value: Any, names: Sequence[str], field: str = "tool_choice") -> ToolChoice:
     """Chat Completions' tool_choice."""
     if value is None:
         return AUTO
     if isinstance(value, str):
-        if value in ("auto", "none", "required"):
-            return _needs_tools(ToolChoice(value), names, field)
-        raise _bad(f"Invalid value for '{field}': {value!r}; expected 'auto', 'none', "
-                   "'required' or {'type': 'function', 'function': {'name': ...}}", field)
+        return _mode(value, names, field, "{'type': 'function', 'function': {'name': ...}}")
     if isinstance(value, dict) and value.get("type") == "function":
         fn = value.get("function")
         return _named(fn.get("name") if isinstance(fn, dict) else None, names,
@@ -93,10 +98,7 @@ def responses(value: Any, names: Sequence[str], field: str = "tool_choice") -> T
     if value is None:
         return AUTO
     if isinstance(value, str):
-        if value in ("auto", "none", "required"):
-            return _needs_tools(ToolChoice(value), names, field)
-        raise _bad(f"Invalid value for '{field}': {value!r}; expected 'auto', 'none', "
-                   "'required' or {'type': 'function', 'name': ...}", field)
+        return _mode(value, names, field, "{'type': 'function', 'name': ...}")
     if isinstance(value, dict) and value.get("type") == "function":
         return _named(value.get("name"), names, f"{field}.name")
     raise _bad(f"Invalid value for '{field}': this server has function tools only; expected "
