@@ -19,7 +19,7 @@ from engine.context import plan_context
 from engine.families import preserved_tokens
 from engine.metrics import Metrics
 from engine.packs import PackError, resolve_pack
-from engine.recording import Recorder, default_session_path
+from engine.recording import Recorder
 from engine.service import Service
 
 DEFAULT_PACK = "smollm2"
@@ -123,8 +123,9 @@ def build_service(args: argparse.Namespace) -> Service:
                              preserved=preserved_tokens(pack.dialect))
     recorder = None
     if not args.no_record:
-        recorder = Recorder(args.record_to or default_session_path(),
-                            model=engine.name, pack=pack.name,
+        # No --record-to: the Recorder picks a new file of its own (exclusive create, 0600 in
+        # a 0700 folder), so two instances started in the same second keep both recordings.
+        recorder = Recorder(args.record_to, model=engine.name, pack=pack.name,
                             upstream=engine.base if args.upstream else "")
     service = Service(engine, pack, metrics=Metrics(engine), recorder=recorder)
     service.escape_special = args.escape_special  # engine/special.py

@@ -3,6 +3,7 @@ loading anything), and serves a replay end to end as a real process."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -111,3 +112,40 @@ def test_a_real_model_leaves_the_terminal_its_lines(default_model):
         "180 MiB" in err
     reason = bad.json()["error"]["message"]
     assert f"[prism] anthropic /v1/messages 400 invalid_request_error: {reason}" in err
+
+
+def test_two_instances_keep_both_recordings_in_a_private_folder(tmp_path):
+    # `prism serve` without --record-to records into the user data folder. Two instances
+    # started together used to open the same file (named after the second) with "w", and the
+    # folder was left readable by everyone (issue 10, item 4).
+    out = tmp_path / "out.txt"
+    out.write_text("Hello.")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_DATA_HOME": str(tmp_path / "data")}
+    env.pop("PRISM_API_KEY", None)
+    ports = [_free_port(), _free_port()]
+    procs = [subprocess.Popen([sys.executable, "-m", "app", "serve", "--replay", str(out),
+                               "--port", str(port), "--log-level", "warning"],
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for port in ports]
+    try:
+        for proc, port in zip(procs, ports, strict=True):
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+                wait_healthy(http, proc, 60)
+                for word in ("one", "two"):
+                    r = http.post("/v1/chat/completions", json={
+                        "messages": [{"role": "user", "content": f"{word} {port}"}]})
+                    assert r.status_code == 200
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        errs = [proc.communicate(timeout=30)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], errs
+    folder = tmp_path / "data" / "prism" / "sessions"
+    files = sorted(folder.iterdir())
+    assert len(files) == 2
+    asked = [[json.loads(line)["request"]["messages"][0]["content"]
+              for line in f.read_text().splitlines() if '"type": "request"' in line]
+             for f in files]
+    assert sorted(asked) == sorted([[f"one {p}", f"two {p}"] for p in ports])
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert {f.stat().st_mode & 0o777 for f in files} == {0o600}
