@@ -270,3 +270,29 @@ def test_prism_serve_replays_a_harmony_output_for_the_sdks(tmp_path):
     finally:
         proc.terminate()
         proc.communicate(timeout=10)  # reaps it and closes its pipe
+
+
+# --- the window says which family it reads ------------------------------------------------------
+
+
+def test_the_window_title_names_the_packs_dialect(qapp, qtbot, replay_service):
+    """The family chosen (by the pack here; by the GGUF's template with --model) is in the
+    window's title, as the log says it at start-up."""
+    import asyncio
+
+    import qasync
+
+    from app.gui import Inspector
+
+    loop = qasync.QEventLoop(qapp)
+    asyncio.set_event_loop(loop)
+    try:
+        inspector = Inspector(replay_service(CASES["gemma4"].output, pack="gemma4"), port=0)
+        qtbot.addWidget(inspector.window)
+        assert "(gemma4, dialect gemma4)" in inspector.window.windowTitle()
+        loop.run_until_complete(inspector.close())
+        loop.run_until_complete(asyncio.sleep(0.05))
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+        qapp.processEvents()
