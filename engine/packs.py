@@ -182,8 +182,8 @@ def guess_dialect(template: str) -> str:
 
 
 def _detected(template: str, origin: str) -> dict[str, Any]:
-    """Dialect, thinking default and stop strings guessed from a template, logged with the
-    marker that decided them (the window shows `dialect_origin`)."""
+    """Dialect and thinking default guessed from a template, logged with the marker that
+    decided them (kept as `dialect_origin`; the window's title shows the dialect)."""
     found = families.detect(template)
     dialect = guess_dialect(template)
     if found.marker:
@@ -195,8 +195,7 @@ def _detected(template: str, origin: str) -> dict[str, Any]:
     log.info("[prism] dialect %s (%s, %s)", dialect, why, origin)
     fam = found.family
     thinking = fam.thinking if fam is not None else "<think>" in template
-    return {"dialect": dialect, "thinking": thinking, "dialect_origin": why,
-            "stop": fam.stop if fam is not None else None}
+    return {"dialect": dialect, "thinking": thinking, "dialect_origin": why}
 
 
 def _template_file(stem: str) -> str:
@@ -403,6 +402,8 @@ def pack_from_dir(path: str | Path) -> Pack:
         if unknown := set(data) - known:
             raise PackError(f"{toml}: unknown keys {', '.join(sorted(unknown))}")
         pack = replace(pack, **{**data, "stop": tuple(data.get("stop", pack.stop))})
+        if "dialect" in data:
+            pack = replace(pack, dialect_origin=str(toml))
     return pack
 
 

@@ -22,7 +22,7 @@ from engine.families import (
     repair_message,
     start_state,
 )
-from engine.packs import TEMPLATES, builtin_packs, pack_from_gguf, resolve_pack
+from engine.packs import TEMPLATES, builtin_packs, pack_from_dir, pack_from_gguf, resolve_pack
 from engine.request import Message, Sampling
 from engine.template import ChatTemplate, repair_history
 from tests.engine.test_packs import write_gguf
@@ -153,6 +153,13 @@ def test_dialect_flag_overrides_the_template(tmp_path):
     assert pack.dialect == "hermes-json" and pack.dialect_origin == "--dialect"
     with pytest.raises(Exception, match="unknown dialect"):
         resolve_pack(model=str(gguf), dialect="nonsense")
+
+
+def test_a_pack_folders_toml_dialect_wins_over_the_template_and_says_so(tmp_path):
+    _gguf(tmp_path, HARMONY_TEMPLATE)
+    (tmp_path / "pack.toml").write_text('dialect = "hermes-json"\n', encoding="utf-8")
+    pack = pack_from_dir(tmp_path)
+    assert (pack.dialect, pack.dialect_origin) == ("hermes-json", str(tmp_path / "pack.toml"))
 
 
 def test_builtin_pack_dialects_name_their_origin():
