@@ -50,16 +50,26 @@ _ids = itertools.count(1)
 
 
 class ContextOverflow(ValueError):
-    """The rendered prompt (plus max_tokens) does not fit the model's context."""
+    """The rendered prompt (plus max_tokens, where a route does not clamp it) does not fit the
+    model's context. The wording is OpenAI's, which clients map to their context-length error.
 
-    def __init__(self, n_ctx: int, prompt_tokens: int, max_tokens: int | None) -> None:
+    Without `max_tokens` the prompt alone is too long: the chat routes clamp max_tokens to what
+    remains (issue 9, item 5), so naming it (Claude Code asks for 64000) would blame the wrong
+    number. `at_least`: `prompt_tokens` is engine/vocab.py's lower bound, not a full count."""
+
+    def __init__(self, n_ctx: int, prompt_tokens: int, max_tokens: int | None = None, *,
+                 at_least: bool = False) -> None:
         self.n_ctx, self.prompt_tokens, self.max_tokens = n_ctx, prompt_tokens, max_tokens
-        asked = prompt_tokens + (max_tokens or 0)
-        super().__init__(
-            f"This model's maximum context length is {n_ctx} tokens. However, you requested "
-            f"{asked} tokens ({prompt_tokens} in the messages, {max_tokens or 0} in the "
-            "completion). Please reduce the length of the messages or completion."
-        )
+        head = f"This model's maximum context length is {n_ctx} tokens. However, "
+        if max_tokens is None:
+            n = f"at least {prompt_tokens}" if at_least else str(prompt_tokens)
+            text = (f"your messages resulted in {n} tokens. Please reduce the length of the "
+                    "messages.")
+        else:
+            text = (f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
+                    f"messages, {max_tokens} in the completion). Please reduce the length of "
+                    "the messages or completion.")
+        super().__init__(head + text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +235,7 @@ class Service:
             lambda msgs: self.render(dataclasses.replace(request, messages=msgs)),
             self.engine.special_texts, escape=self.escape_special and self._tokenize_plain)
 
-    def _prompt_ids(self, prompt: str, marks: special.PromptMarks, n_ctx: int,
-                    max_tokens: int | None) -> list[int]:
+    def _prompt_ids(self, prompt: str, marks: special.PromptMarks, n_ctx: int) -> list[int]:
         """The prompt's tokens; an engine that takes a `limit` (engine/vocab.py) refuses a
         prompt that cannot fit before tokenizing all of it (issue 10, item 1)."""
         kw: dict = {"plain": marks.spans} if marks.escaped else {}
@@ -235,7 +244,7 @@ class Service:
         try:
             return self.engine.tokenize(prompt, **kw)
         except PromptTooLong as e:
-            raise ContextOverflow(n_ctx, e.at_least, max_tokens) from None
+            raise ContextOverflow(n_ctx, e.at_least, at_least=True) from None
 
     def count_tokens(self, request: ChatRequest) -> int:
         return len(self.engine.tokenize(self.render(request)))
@@ -246,10 +255,10 @@ class Service:
         prompt = self.render(request)
         marks = self.mark_specials(request, prompt)
         n_ctx = self.engine.n_ctx
-        ids = self._prompt_ids(prompt, marks, n_ctx, request.max_tokens)
+        ids = self._prompt_ids(prompt, marks, n_ctx)
         n_prompt = len(ids)
         if n_prompt >= n_ctx:  # only a prompt that does not fit is refused
-            raise ContextOverflow(n_ctx, n_prompt, request.max_tokens)
+            raise ContextOverflow(n_ctx, n_prompt)
         # What remains of the context caps the reply (it ends with "length" there), whatever
         # max_tokens asked: Claude Code sends 32000 or 64000 (issue 9, item 5).
         max_tokens = min(request.max_tokens or n_ctx, n_ctx - n_prompt)

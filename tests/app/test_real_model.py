@@ -79,3 +79,24 @@ def test_responses_on_the_real_model(clients, live):
     assert again.usage.input_tokens_details.cached_tokens > 0
     snap = live[1].metrics.snapshot()
     assert snap["totals"]["finished"] >= 2
+
+
+def test_claude_code_on_a_context_its_prompt_does_not_fit(live):
+    # Claude Code's captured first request (24 tools, max_tokens 64000) is about 20k tokens
+    # with SmolLM2's tokenizer: more than this server's 1,024 (and the default 8,192). It is
+    # refused before it is tokenized whole (engine/vocab.py's bound, "at least"), and the
+    # message names the prompt, not the max_tokens that would have been clamped (issue 9, 5).
+    import httpx
+
+    from tests.app.conftest import captured
+
+    server, _ = live
+    cap = captured("claude_code")
+    r = httpx.post(server.url + "/v1/messages?beta=true", json={**cap["body"], "stream": False},
+                   headers={"anthropic-beta": cap["headers"]["anthropic-beta"]}, timeout=60)
+    assert r.status_code == 400
+    message = r.json()["error"]["message"]
+    head = ("This model's maximum context length is 1024 tokens. However, your messages "
+            "resulted in at least ")
+    assert message.startswith(head) and "64000" not in message
+    assert int(message[len(head):].split()[0]) >= 1024

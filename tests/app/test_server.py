@@ -99,6 +99,13 @@ def test_claude_code_max_tokens_is_clamped_to_what_remains(serve):
     assert r.status_code == 200, r.text
     assert r.json()["stop_reason"] == "max_tokens"
     assert r.json()["usage"]["output_tokens"] == 12 == live.last.job.max_tokens
+    # One token less and the prompt itself does not fit: refused, naming the prompt's size,
+    # not the 64000 that would have been clamped.
+    r = serve(LONG, n_ctx=n_prompt).http().post("/v1/messages", json=body)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == (
+        f"This model's maximum context length is {n_prompt} tokens. However, your messages "
+        f"resulted in {n_prompt} tokens. Please reduce the length of the messages.")
 
 
 def test_codex_request_on_a_context_just_big_enough(serve):
@@ -137,8 +144,11 @@ def test_context_overflow_in_both_dialects(serve):
     with pytest.raises(openai.BadRequestError) as err:
         live.openai().chat.completions.create(model="m", messages=ASK, max_tokens=10)
     assert err.value.code == "context_length_exceeded"
-    assert err.value.body["message"].startswith(
-        "This model's maximum context length is 16 tokens. However, you requested")
+    # The prompt alone does not fit; max_tokens would have been clamped, so it is not named.
+    n = live.service.count_tokens(ChatRequest(messages=(Message("user", "hi"),)))
+    assert err.value.body["message"] == (
+        f"This model's maximum context length is 16 tokens. However, your messages resulted "
+        f"in {n} tokens. Please reduce the length of the messages.")
     with pytest.raises(anthropic.BadRequestError) as err2:
         live.anthropic().messages.create(model="m", max_tokens=10, messages=ASK)
     assert "maximum context length is 16 tokens" in err2.value.body["error"]["message"]
