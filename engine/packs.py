@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import dialects, families
+from engine.tags import THINK_OPEN
 from engine.template import ChatTemplate
 
 log = logging.getLogger("prism")
@@ -194,7 +195,7 @@ def _detected(template: str, origin: str) -> dict[str, Any]:
         why = "no family marker in the chat template"
     log.info("[prism] dialect %s (%s, %s)", dialect, why, origin)
     fam = found.family
-    thinking = fam.thinking if fam is not None else "<think>" in template
+    thinking = fam.thinking if fam is not None else THINK_OPEN in template
     return {"dialect": dialect, "thinking": thinking, "dialect_origin": why}
 
 

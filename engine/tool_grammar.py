@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 
+from engine.tags import CALL_CLOSE, CALL_OPEN, THINK_CLOSE
+
 PREFIX = "tc"  # every rule written here starts with it; the schema converter's rules do not
 
 
@@ -67,8 +69,8 @@ def _hermes_call(conv, i: int, fn: dict) -> str:
         args = conv.visit(schema, f"{PREFIX}{i}-args")
     except Exception:  # a schema the converter does not cover: any object
         args = conv.visit({"type": "object"}, f"{PREFIX}{i}-args")
-    head = '<tool_call>\n{"name": ' + json.dumps(fn["name"]) + ', "arguments": '
-    return f"{_lit(head)} {args} {_lit('}' + chr(10) + '</tool_call>')}"
+    head = CALL_OPEN + '\n{"name": ' + json.dumps(fn["name"]) + ', "arguments": '
+    return f"{_lit(head)} {args} {_lit('}' + chr(10) + CALL_CLOSE)}"
 
 
 def _xml_call(rules: dict[str, str], i: int, fn: dict) -> str:
@@ -77,8 +79,8 @@ def _xml_call(rules: dict[str, str], i: int, fn: dict) -> str:
     key = " | ".join(_lit(k) for k in keys) if keys else "[A-Za-z0-9_.-]+"
     rules[f"{PREFIX}{i}-param"] = (f'"<parameter=" ({key}) ">\\n" {PREFIX}-value0 '
                                    '"\\n</parameter>\\n"')
-    head = f"<tool_call>\n<function={fn['name']}>\n"
-    return f"{_lit(head)} {PREFIX}{i}-param* {_lit('</function>' + chr(10) + '</tool_call>')}"
+    head = f"{CALL_OPEN}\n<function={fn['name']}>\n"
+    return f"{_lit(head)} {PREFIX}{i}-param* {_lit('</function>' + chr(10) + CALL_CLOSE)}"
 
 
 def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
@@ -104,8 +106,8 @@ def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
     rules[f"{PREFIX}-any"] = " | ".join(calls)
     body = f"{PREFIX}-any" if name is not None else f'{PREFIX}-any ("\\n" {PREFIX}-any)*'
     if reasoning:
-        rules.update(excluding(f"{PREFIX}-think", "</think>"))
-        body = f'{PREFIX}-think0 "</think>\\n\\n" {body}'
+        rules.update(excluding(f"{PREFIX}-think", THINK_CLOSE))
+        body = f'{PREFIX}-think0 {_lit(THINK_CLOSE + chr(10) * 2)} {body}'
     rules["root"] = body
     own = "\n".join(f"{k} ::= {v}" for k, v in rules.items())
     return own + "\n" + conv.format_grammar()

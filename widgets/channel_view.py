@@ -30,6 +30,7 @@ from engine.events import (
     UNKNOWN_TOOL,
     merge,
 )
+from engine.tags import THINK_CLOSE
 from inspector.tracks import Track
 from widgets.text_pane import TextPane
 from widgets.theme import ANOMALY_MARKS, ANOMALY_TIPS, COLOURS, MUTED, formats
@@ -42,7 +43,7 @@ TITLES = {"reasoning": "Reasoning", "content": "Content", "call": "Tool calls"}
 def anomaly_format(kind: str, detail: str = "", strike: bool = False) -> QTextCharFormat:
     """The cached marker format, or a copy carrying this instance's detail in its tooltip."""
     base = formats().anomaly(kind, strike)
-    if not detail or detail == "</think>":
+    if not detail or detail == THINK_CLOSE:
         return base
     f = QTextCharFormat(base)
     f.setToolTip(f"{ANOMALY_TIPS.get(kind, kind)}\n\n{detail[:400]}")
@@ -177,7 +178,7 @@ class ChannelPanes(TrackFollower, QWidget):
         kind = ev.anomaly or ""
         if kind == STRAY_THINK_END:
             # The dropped tag is shown where it was, struck through.
-            self.panes["content"].append(ev.text or "</think>", anomaly_format(kind, strike=True))
+            self.panes["content"].append(ev.text or THINK_CLOSE, anomaly_format(kind, strike=True))
             return
         if kind == IMPLICIT_REASONING_END:
             pane = self.panes["reasoning"]
