@@ -1,4 +1,4 @@
-"""The Anthropic Messages dialect: /v1/messages (a `?beta=true` query is fine) and
+"""The Anthropic Messages API: /v1/messages (a `?beta=true` query is fine) and
 /v1/messages/count_tokens.
 
 Owns the body models, their conversion to a `ChatRequest` (tool_use / tool_result blocks become

@@ -1,6 +1,6 @@
 """Parser events grouped into consecutive blocks: thinking, text, tool call.
 
-Owns `Block` and `Blocks`, the one piece of state both block-shaped dialects (Anthropic content
+Owns `Block` and `Blocks`, the one piece of state both block-shaped APIs (Anthropic content
 blocks, Responses output items) need: which block is open, when a new one starts, and what each
 holds. `Blocks.feed(event)` returns the `Step`s to send (open a block, a delta of its text,
 close it), and a non-streamed reply is the list of blocks after feeding the run's whole

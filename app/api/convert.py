@@ -1,8 +1,8 @@
-"""Request conversion shared by the dialects: lenient body reading and the pieces of ChatRequest.
+"""Request conversion shared by the APIs: lenient body reading and the pieces of ChatRequest.
 
 Owns `Lenient` (the pydantic base every body model uses: unknown fields ignored), `read_body`
 (bytes -> validated model, or a 400 that names the field), and the small converters each
-dialect needs: `text_of` (a string or a list of parts), `decode_arguments` (OpenAI's JSON-string
+API needs: `text_of` (a string or a list of parts), `decode_arguments` (OpenAI's JSON-string
 arguments to the dict templates iterate), `function_tool`, `sampling`, `stop_tuple`,
 `thinking_from_effort` and `json_schema_format` (a `json_schema` output format: the schema is
 checked, and for a model that is not thinking, generation is constrained by a grammar).

@@ -1,6 +1,6 @@
-"""Errors in the caller's dialect: one exception type, two wire shapes.
+"""Errors in the caller's API: one exception type, two wire shapes.
 
-Owns `APIError` (raised by the route modules and the body reader), `dialect_of(path)` and
+Owns `APIError` (raised by the route modules and the body reader), `api_of(path)` and
 `install(app)`, which registers the exception handlers that turn `APIError`, FastAPI/Starlette
 HTTP errors (404, 405), template failures, context overflows and unexpected exceptions into:
 
@@ -75,11 +75,6 @@ class APIError(Exception):
         return KINDS[self.kind][0]
 
 
-def dialect_of(path: str) -> str:
-    """Which error shape a path's callers expect."""
-    return "anthropic" if path.startswith("/v1/messages") else "openai"
-
-
 def openai_error_body(err: APIError) -> dict:
     return {
         "error": {
@@ -96,7 +91,8 @@ def anthropic_error_body(err: APIError) -> dict:
 
 
 def api_of(path: str) -> str:
-    """The API a path belongs to, for the log (the error shape is `dialect_of`)."""
+    """The API a path belongs to: for the log, and for the error's shape (Anthropic's for
+    /v1/messages, OpenAI's for every other path)."""
     for prefix, api in (("/v1/messages", "anthropic"), ("/v1/responses", "responses"),
                         ("/v1/chat/completions", "openai"), ("/v1/completions", "completions")):
         if path.startswith(prefix):
@@ -108,7 +104,7 @@ def error_response(path: str, err: APIError) -> JSONResponse:
     # Every refused or failed request leaves one line: which API, the status, and why.
     log.warning("[prism] %s %s %d %s: %s", api_of(path), path, err.status,
                 KINDS[err.kind][1], err.message)
-    body = anthropic_error_body(err) if dialect_of(path) == "anthropic" else openai_error_body(err)
+    body = anthropic_error_body(err) if api_of(path) == "anthropic" else openai_error_body(err)
     return JSONResponse(body, status_code=err.status, headers=err.headers)
 
 

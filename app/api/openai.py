@@ -1,4 +1,4 @@
-"""The OpenAI Chat Completions dialect: /v1/chat/completions, /v1/models, /v1/models/{id}.
+"""The OpenAI Chat Completions API: /v1/chat/completions, /v1/models, /v1/models/{id}.
 
 Owns the request body models, their conversion to a `ChatRequest`, and the two reply shapes
 built from one run: a stream of `chat.completion.chunk`s (SSE, ending `data: [DONE]`) and a

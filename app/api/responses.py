@@ -1,4 +1,4 @@
-"""The OpenAI Responses dialect: POST /v1/responses, streamed and not.
+"""The OpenAI Responses API: POST /v1/responses, streamed and not.
 
 Owns the body models, the conversion of `input` items (messages, `function_call`,
 `function_call_output`, `reasoning`) to a `ChatRequest`, and the replies: output items

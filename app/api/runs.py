@@ -2,13 +2,13 @@
 
 Owns `submit` (429 with Retry-After past `ServerConfig.max_queue`; context overflow and template
 refusals become 400s), `wait` (a non-streamed request: wait for the run while watching for the
-client to go away, and cancel the job if it does), and the numbers every dialect reports from a
+client to go away, and cancel the job if it does), and the numbers every API reports from a
 finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`. And what the
 client is answered from: `reply_stream`, `reply_events`, `reply_result`. A request that declared
 no tools (or `tool_choice: "none"`) gets a call the model wrote anyway as text in the channel it
 stood in (engine/events.py, `CallsAsText`), so Open WebUI's background tasks never receive calls
 they cannot handle; the run itself, the inspector and the recording keep the call, counted as
-`unknown_tool` (issue 11, item 6). One rule for every dialect, streamed or not.
+`unknown_tool` (issue 11, item 6). One rule for every API, streamed or not.
 
 Runs on the asyncio loop's thread, except `Service.submit` itself: rendering the template and
 tokenizing the prompt run in a worker thread (`asyncio.to_thread`), since a hostile template or

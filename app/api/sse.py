@@ -1,7 +1,7 @@
 """Server-sent events: encoding, and a streaming response that cancels its job when it ends early.
 
 Owns `dumps`, `data_line`, `event_lines` and `sse_response`. A stream body is an async
-generator written by a dialect module; `sse_response` wraps it so that however the body stops
+generator written by an API module; `sse_response` wraps it so that however the body stops
 (finished, client gone, server shutting down) the run is cancelled if it is still going: the
 engine stops at its next token instead of generating for nobody.
 
@@ -49,7 +49,7 @@ def sse_response(
     run: Run, body: AsyncGenerator[str, None], error_event: Callable[[APIError], str]
 ) -> StreamingResponse:
     """Stream `body`; a failure inside it (a bug, not a client) ends the stream with
-    `error_event(error)`, the dialect's final error event, since the status line is sent."""
+    `error_event(error)`, the API's final error event, since the status line is sent."""
 
     async def guarded() -> AsyncIterator[str]:
         try:

@@ -1,4 +1,4 @@
-"""Client input that must be a 400, not a 500: checks shared by every dialect.
+"""Client input that must be a 400, not a 500: checks shared by every API.
 
 Owns `parse_json` (request bytes -> a JSON object, refusing what Python's json accepts but
 JSON does not, and what later code cannot handle), `check_tree`, `schema_grammar` (a

@@ -1,4 +1,4 @@
-"""app/api/metrics.py: after known traffic in all three dialects, the JSON view
+"""app/api/metrics.py: after known traffic in all three APIs, the JSON view
 (`Metrics.snapshot()`) and the Prometheus text agree with each other and with what was sent."""
 
 from __future__ import annotations
