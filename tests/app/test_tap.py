@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 
 import anthropic
@@ -30,6 +29,7 @@ from engine.upstream import UpstreamEngine
 from tests.app.conftest import TOOLS, Live, xml_call
 from tests.app.test_openai import ASK, collect
 from tests.engine.scripted_upstream import Reply, ScriptedUpstream, Seen, free_port
+from tests.support import wait_until
 
 OUTPUT = "I should check.\n</think>\n\nLet me look it up.\n" + xml_call("get_weather",
                                                                          city="Paris")
@@ -172,9 +172,7 @@ def test_a_client_that_leaves_closes_the_upstream_stream(tap):
             if i == 3:
                 break
         stream.close()
-        deadline = time.monotonic() + 5
-        while up.hangups == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: up.hangups, 5, 0.02, "the upstream to see Prism hang up")
         assert up.hangups == 1
     wait_done(live)
     assert live.last.finish.reason == "cancelled"

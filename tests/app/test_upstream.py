@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +44,7 @@ from tests.engine.scripted_upstream import (
     free_port,
     stream_texts,
 )
+from tests.support import wait_healthy, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -312,9 +312,7 @@ def test_a_client_that_leaves_closes_the_upstream_stream(front):
             if i == 3:
                 break
         stream.close()
-        deadline = time.monotonic() + 5
-        while up.hangups == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: up.hangups, 5, 0.02, "the upstream to see Prism hang up")
         assert up.hangups == 1
     assert live.last.finish is not None and live.last.finish.reason == "cancelled"
 
@@ -329,9 +327,9 @@ def test_health_follows_the_upstream(front):
     assert http.get("/health").status_code == 200
     assert http.get("/v1/models").json()["data"][0]["id"] == MODEL
     up.__exit__(None, None, None)
-    deadline = time.monotonic() + 5
-    while (resp := http.get("/health")).status_code == 200 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: http.get("/health").status_code != 200, 5, 0.05,
+               "/health to see the upstream gone")
+    resp = http.get("/health")
     assert resp.status_code == 503
     assert "unreachable" in resp.json()["error"]["message"]
 
@@ -350,15 +348,7 @@ def test_prism_serve_upstream_command_line(serve, tmp_path: Path, tap: bool):
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if http.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
-                time.sleep(0.1)
+            wait_healthy(http, proc)
             assert http.get("/v1/models").json()["data"][0]["id"] == "back-model"
             reply = http.post("/v1/chat/completions", json={"messages": ASK}).json()
         msg = reply["choices"][0]["message"]

@@ -29,6 +29,7 @@ from tests.engine.scripted_upstream import (
     free_port,
     stream_texts,
 )
+from tests.support import wait_until
 
 OUTPUT = "Let me look.\n</think>\n\nIt is <b>sunny</b> — 24 °C.\n"
 
@@ -243,15 +244,11 @@ def test_cancel_closes_the_upstream_stream(engines):
         c = Collect()
         job = c.job()
         eng.submit(job)
-        deadline = time.monotonic() + 10
-        while len(c.tokens) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(c.tokens) >= 3, 10, what="three tokens")
         assert eng.queue_depth() == 1 and eng.state == "generating"
         job.cancel()
         fin = c.wait(5)
-        deadline = time.monotonic() + 5
-        while up.hangups == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: up.hangups, 5, 0.02, "the upstream to see Prism hang up")
         assert up.hangups == 1  # the upstream saw Prism hang up: it stops generating
     assert fin.reason == "cancelled"
     assert 3 <= len(c.tokens) < 400
