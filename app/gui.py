@@ -94,11 +94,15 @@ class Inspector:
         state = engine.state
         if engine.load_error:
             state = "failed to load"
+        slots = None
         try:
             waiting = engine.queue_depth()
+            # Engines with parallel sequences (llama.cpp) say how many serve a request now.
+            if hasattr(engine, "busy_slots"):
+                slots = (engine.busy_slots(), engine.parallel)
         except Exception:  # a closed engine
             waiting = 0
-        self.window.set_engine_status(engine.name, state, waiting)
+        self.window.set_engine_status(engine.name, state, waiting, slots)
 
     # -- the server ------------------------------------------------------------------------
 

@@ -75,6 +75,9 @@ class Job:
     on_finish: Callable[[Finish], None] = lambda fin: None
     submitted_at: float = 0.0
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # The parallel sequence serving it, set by the engine when it takes the job (-1: waiting,
+    # or an engine without slots); read by the window while the job runs (Timings.slot after).
+    slot: int = -1
 
     def cancel(self) -> None:
         self.cancelled.set()

@@ -173,6 +173,7 @@ class Batcher:
             limit = min(limit, job.max_tokens)
         a = Active(job, slot, prompt, sampler, StopGate(job.stop), limit, start, queue_ms, keep)
         slot.active = a
+        job.slot = slot.seq
         self._order.append(a)
         if limit <= 0:
             self._end(a, "length")

@@ -71,6 +71,9 @@ class Track:
     events: list[Event] = field(default_factory=list)
     state: str = ""  # the parser state: reasoning | content | call
     status: str = "queued"  # queued | generating | done | cancelled | error
+    # The engine's parallel sequence serving it (-1: not in one yet, or an engine without
+    # slots): set live while it runs, then the one its finished timings name.
+    slot: int = -1
     finish_reason: str | None = None
     error: str | None = None
     timings: Timings | None = None
@@ -137,6 +140,11 @@ class Track:
         return None
 
     @property
+    def in_prompt(self) -> bool:
+        """In a slot, its prompt being read: no longer waiting, no token yet."""
+        return self.status == "queued" and self.slot >= 0
+
+    @property
     def anomaly_total(self) -> int:
         return sum(self.anomalies.values())
 
@@ -163,6 +171,8 @@ class Track:
     def finish(self, reason: str, timings: Timings | None = None, error: str | None = None,
                result: ParseResult | None = None) -> None:
         self.timings = timings
+        if timings is not None and timings.slot >= 0:
+            self.slot = timings.slot
         self.error = error
         self.result = result if result is not None else result_of(self.events, reason)
         self.finish_reason = self.result.finish_reason if reason in ("stop", "length") else reason
@@ -175,7 +185,7 @@ class Track:
         self._raw, self._raw_n, self._events_end = "", 0, 0
         self.anomalies = dict.fromkeys(ANOMALY_KINDS, 0)
         self._count_prompt()
-        self.state, self.status = self.start_state, "queued"
+        self.state, self.status, self.slot = self.start_state, "queued", -1
         self.finish_reason = self.error = self.timings = self.result = None
         self.generation += 1
         self.version += 1
@@ -302,6 +312,9 @@ class LiveFeed:
         self.store = store
         self._queue: deque[tuple[RunUpdate, str]] = deque()
         self._tracks: dict[str, Track] = {}  # live runs by id, until they finish
+        # Live runs by id: a run waiting for a slot gets one with no update (the engine sets
+        # `job.slot` when it takes the job), so each frame looks at the runs still waiting.
+        self._runs: dict[str, Run] = {}
         service.add_listener(self._on_update)
 
     def close(self) -> None:
@@ -331,6 +344,7 @@ class LiveFeed:
             track = self._tracks.get(run.id)
             if upd.kind == "start" or track is None:
                 track = self._tracks[run.id] = self._new_track(run)
+                self._runs[run.id] = run
                 self.store.add(track)
             if upd.token is not None:
                 track.add_tokens((upd.token,))
@@ -343,7 +357,15 @@ class LiveFeed:
                              fin.error if fin else None, run.result)
                 track.finish_reason = run.finish_reason if run.result else track.finish_reason
                 del self._tracks[run.id]
+                self._runs.pop(run.id, None)
             touched[track.id] = track
+        for rid, track in self._tracks.items():
+            job = self._runs[rid].job
+            slot = job.slot if job is not None else -1
+            if slot != track.slot:
+                track.slot = slot  # granted a slot since the last frame
+                track.version += 1
+                touched[rid] = track
         return list(touched.values())
 
     def _new_track(self, run: Run) -> Track:

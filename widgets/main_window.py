@@ -251,13 +251,17 @@ class MainWindow(QMainWindow):
         self.message.setStyleSheet(f"color: {COLOURS['anomaly'] if error else MUTED};")
         self.message.setText(text)
 
-    def set_engine_status(self, model: str, state: str, queue: int = 0) -> None:
+    def set_engine_status(self, model: str, state: str, queue: int = 0,
+                          slots: tuple[int, int] | None = None) -> None:
+        """`slots`: (busy, total) for an engine with parallel sequences, shown when it has
+        more than one (--parallel N)."""
         self.model_label.setText(f"model: {model}")
         colour = {"generating": COLOURS["call"], "loading": COLOURS["markup"],
                   "closed": COLOURS["anomaly"]}.get(state, MUTED)
+        busy = f" · {slots[0]}/{slots[1]} slots busy" if slots and slots[1] > 1 else ""
         waiting = f" · {queue} waiting" if queue else ""
         self.engine_label.setText(f"engine: <span style='color:{colour}'>{state}</span>"
-                                  f"{waiting}")
+                                  f"{busy}{waiting}")
 
     def set_server(self, url: str | None, note: str = "") -> None:
         self.server_url = url

@@ -87,6 +87,9 @@ class MetricsCharts(QWidget):
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
             plot.getAxis("bottom").setHeight(18)
+            if name == "queue_depth":  # two series: the title is their key, in their colours
+                title = (f"<span style='color:{colour}'>queue depth</span> · "
+                         f"<span style='color:{COLOURS['reasoning']}'>busy slots</span>")
             plot.titleLabel.setText(title, size="9pt", color=MUTED)
             plot.setLimits(yMin=0)  # all four are counts or rates: no negative axis
             self.plots[name] = plot

@@ -1,10 +1,12 @@
 """The request list: every request the window knows, newest first, with its figures.
 
-Owns `RequestLogModel` (a table model over tracks: source, model, state, tokens, TTFT,
-tokens/s, finish reason, anomaly badges), `BadgeDelegate` (paints the anomaly badges) and
-`RequestLog` (the table plus a "follow newest" switch: while it is on, the newest request is
-selected as it arrives; clicking an older one pins it). Rows are refreshed by the frame timer
-with the tracks that changed, one `dataChanged` per row, never per token. GUI thread only.
+Owns `RequestLogModel` (a table model over tracks: source, model, state, the engine's slot,
+tokens, TTFT, tokens/s, finish reason, anomaly badges), `BadgeDelegate` (paints the anomaly
+badges) and `RequestLog` (the table plus a "follow newest" switch: while it is on, the newest
+request is selected as it arrives; clicking an older one pins it). With `--parallel N` several
+rows generate at once, each in its own slot; the panes draw the selected one only (docs/design.md,
+section 7 "The window"). Rows are refreshed by the frame timer with the tracks that changed,
+one `dataChanged` per row, never per token. GUI thread only.
 """
 
 from __future__ import annotations
@@ -37,13 +39,19 @@ from widgets.theme import (
     TEXT,
 )
 
-COLUMNS = ("Request", "Source", "Model", "State", "Prompt", "Output", "TTFT ms", "tok/s",
-           "Finish", "Anomalies")
-_NUMERIC = {4, 5, 6, 7}
+COLUMNS = ("Request", "Source", "Model", "State", "Slot", "Prompt", "Output", "TTFT ms",
+           "tok/s", "Finish", "Anomalies")
+# Column numbers by name, so a new column moves no caller's index.
+(REQUEST_COL, SOURCE_COL, MODEL_COL, STATE_COL, SLOT_COL, PROMPT_COL, OUTPUT_COL, TTFT_COL,
+ RATE_COL, FINISH_COL, ANOMALIES_COL) = range(len(COLUMNS))
+_NUMERIC = {SLOT_COL, PROMPT_COL, OUTPUT_COL, TTFT_COL, RATE_COL}
+_WIDTHS = (105, 62, 130, 118, 36, 52, 52, 62, 48, 70)  # every column but the last (stretched)
+SLOT_TIP = ("The engine's parallel sequence (slot) that serves this request (--parallel N: "
+            "up to N generate at once). A request waiting for one shows none.")
 BADGES = Qt.ItemDataRole.UserRole + 1
 TRACK = Qt.ItemDataRole.UserRole + 2
-_STATE_COLOURS = {"generating": COLOURS["call"], "queued": MUTED, "error": COLOURS["anomaly"],
-                  "cancelled": MUTED}
+_STATE_COLOURS = {"generating": COLOURS["call"], "prompt": COLOURS["markup"], "queued": MUTED,
+                  "error": COLOURS["anomaly"], "cancelled": MUTED}
 
 
 class RequestLogModel(QAbstractTableModel):
@@ -104,8 +112,12 @@ class RequestLogModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section]
+        if role == Qt.ItemDataRole.ToolTipRole and section == SLOT_COL:
+            return SLOT_TIP
         return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
@@ -117,54 +129,72 @@ class RequestLogModel(QAbstractTableModel):
             return self._display(t, col)
         if role == TRACK:
             return t
-        if role == BADGES and col == 9:
+        if role == BADGES and col == ANOMALIES_COL:
             return [(NOTE_LABELS[n], 1) for n in t.notes if n in NOTE_LABELS] + [
                 (ANOMALY_LABELS[k], t.anomalies.get(k, 0)) for k in ANOMALY_KINDS
                 if t.anomalies.get(k, 0)]
         if role == Qt.ItemDataRole.ForegroundRole:
-            if col == 3:
-                return QColor(_STATE_COLOURS.get(t.status, TEXT))
-            if col == 8 and t.finish_reason == "tool_calls":
+            if col == STATE_COL:
+                return QColor(_STATE_COLOURS.get("prompt" if t.in_prompt else t.status, TEXT))
+            if col == FINISH_COL and t.finish_reason == "tool_calls":
                 return QColor(COLOURS["call"])
             return None
         if role == Qt.ItemDataRole.TextAlignmentRole and col in _NUMERIC:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col == 9 and (t.anomaly_total or t.notes):
+            if col == ANOMALIES_COL and (t.anomaly_total or t.notes):
                 return "\n\n".join([NOTE_TIPS[n] for n in t.notes if n in NOTE_TIPS] + [
                     f"{t.anomalies[k]} × {ANOMALY_TIPS[k]}"
                     for k in ANOMALY_KINDS if t.anomalies.get(k)])
-            if col == 0:
+            if col == REQUEST_COL:
                 where = "live" if t.origin == "live" else f"played from {t.origin}"
-                return f"{t.id}\n{where}" + (f"\nerror: {t.error}" if t.error else "")
+                return f"{t.id}\n{where}{_slot_line(t)}" + (
+                    f"\nerror: {t.error}" if t.error else "")
+            if col == SLOT_COL:
+                return SLOT_TIP
         return None
 
     @staticmethod
     def _display(t, col: int) -> str:
-        if col == 0:
+        if col == REQUEST_COL:
             return t.id
-        if col == 1:
+        if col == SOURCE_COL:
             return t.source
-        if col == 2:
+        if col == MODEL_COL:
             return t.model
-        if col == 3:
+        if col == STATE_COL:
+            if t.in_prompt:  # in a slot, reading its prompt: no longer waiting
+                return "prompt"
             return t.status + (f" · {t.state}" if t.status == "generating" else "")
-        if col == 4:
+        if col == SLOT_COL:
+            return str(t.slot) if t.slot >= 0 else ""
+        if col == PROMPT_COL:
             return str(t.prompt_tokens or "")
-        if col == 5:
+        if col == OUTPUT_COL:
             return str(t.output_tokens)
-        if col == 6:
+        if col == TTFT_COL:
             v = t.ttft_ms
             return "" if v is None else f"{v:.0f}"
-        if col == 7:
+        if col == RATE_COL:
             v = t.tokens_per_s
             return "" if v is None else f"{v:.1f}"
-        if col == 8:
+        if col == FINISH_COL:
             return t.finish_reason or ""
-        if col == 9:
+        if col == ANOMALIES_COL:
             return " ".join([NOTE_LABELS[n] for n in t.notes if n in NOTE_LABELS] + [
                 f"{ANOMALY_LABELS[k]}×{n}" for k, n in t.anomalies.items() if n])
         return ""
+
+
+def _slot_line(t: Track) -> str:
+    """The request's slot and, once it is done, how much of its prompt that slot's cache
+    already held (the reason a request is sent to one slot rather than another)."""
+    if t.slot < 0:
+        return ""
+    tm = t.timings
+    if tm is not None and tm.prompt_tokens:
+        return f"\nslot {t.slot}: {tm.cached_tokens} of {tm.prompt_tokens} prompt tokens cached"
+    return f"\nslot {t.slot}"
 
 
 class BadgeDelegate(QStyledItemDelegate):
@@ -222,12 +252,13 @@ class RequestLog(QWidget):
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(22)
         self.table.setShowGrid(False)
-        self.table.setItemDelegateForColumn(9, BadgeDelegate(self.table))
+        self.table.setItemDelegateForColumn(ANOMALIES_COL, BadgeDelegate(self.table))
         hh = self.table.horizontalHeader()
         hh.setStretchLastSection(True)
         hh.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        for col, w in enumerate((105, 62, 130, 92, 52, 52, 62, 48, 70)):
+        for col, w in enumerate(_WIDTHS):
             self.table.setColumnWidth(col, w)
+
         self.follow = QCheckBox("Follow newest")
         self.follow.setChecked(True)
         self.follow.setToolTip("Select each new request as it arrives; clicking an older one "

@@ -129,3 +129,26 @@ def test_a_request_whose_tools_were_not_shown_is_marked(replay_service):
     feed.poll()
     assert feed.store.get(run.id).notes == ("tools_ignored",)
     feed.close()
+
+
+def test_live_feed_sees_a_slot_granted_between_updates(replay_service, monkeypatch):
+    """An engine with slots sets `job.slot` when it takes the job, with no update: the next
+    frame's poll shows the track in its slot (reading its prompt), the finish keeps it."""
+    svc = replay_service("Hello there.")
+    held = []
+    submit = svc.engine.submit
+    monkeypatch.setattr(svc.engine, "submit", held.append)  # waiting: every slot is busy
+    feed = LiveFeed(svc, TrackStore())
+    run = svc.submit(ChatRequest(messages=(Message("user", "hi"),), api="gui"))
+    (track,) = feed.poll()
+    assert (track.status, track.slot, track.in_prompt) == ("queued", -1, False)
+    assert feed.poll() == []  # nothing changed
+    held[0].slot = 3  # what engine/batch.py does when it admits the job
+    assert feed.poll() == [track]
+    assert (track.status, track.slot, track.in_prompt) == ("queued", 3, True)
+    submit(held[0])  # the replay engine now plays it (and reports no slot of its own)
+    run.wait(5)
+    feed.poll()
+    assert (track.status, track.slot, track.in_prompt) == ("done", 3, False)
+    assert track.raw == "Hello there."
+    feed.close()

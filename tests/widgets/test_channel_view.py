@@ -10,6 +10,7 @@ import pytest
 
 from engine.events import IMPLICIT_REASONING_END, REPAIRED_CALL, STRAY_THINK_END, merge
 from tests.widgets.conftest import DEMO, fragments, play_all, recorded_failures
+from widgets.request_log import ANOMALIES_COL, FINISH_COL
 from widgets.theme import ANOMALY, HELD, STATE
 
 _RAW_STATE = {"reasoning": "reasoning", "content": "content", "markup": "markup",
@@ -92,7 +93,7 @@ def test_every_colour_of_the_demo_request(window):
     assert {"reasoning", "content", "call", "anomaly"} <= states
     window.log.select(items[0].track)  # a well-formed </think>: the tag colour
     assert "markup" in {f.property(STATE) for _, f in fragments(window.raw.raw)}
-    assert window.log.model.data(window.log.model.index(0, 9)) == \
+    assert window.log.model.data(window.log.model.index(0, ANOMALIES_COL)) == \
         "implicit end×1 stray </think>×1"
 
 
@@ -162,8 +163,8 @@ def test_recorded_failures_are_marked(window, tmp_path, stream_tools):
         assert "".join(flagged).count("</tool_call>") == 1
         assert "<tool_call>" not in window.channels.text("reasoning")
         model = window.log.model
-        assert model.data(model.index(row, 9)) == "implicit end×1"
-        assert model.data(model.index(row, 8)) == "tool_calls"
+        assert model.data(model.index(row, ANOMALIES_COL)) == "implicit end×1"
+        assert model.data(model.index(row, FINISH_COL)) == "tool_calls"
 
 
 @pytest.mark.parametrize("stream_tools", [True, False])
@@ -191,4 +192,4 @@ def test_a_repaired_call_is_marked_with_its_repairs(window, tmp_path, stream_too
     flagged = [t for t, f in fragments(window.raw.raw) if f.property(ANOMALY) == REPAIRED_CALL]
     assert "".join(flagged).startswith("<function=f>")
     model = window.log.model
-    assert model.data(model.index(0, 9)) == "repaired call×1"
+    assert model.data(model.index(0, ANOMALIES_COL)) == "repaired call×1"

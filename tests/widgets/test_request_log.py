@@ -1,12 +1,25 @@
 """widgets/request_log.py: a request's own notes (its tools were not shown to the model) are a
-badge beside the anomalies, with a tooltip saying why (issue 9, item 4)."""
+badge beside the anomalies, with a tooltip saying why (issue 9, item 4); the Slot column and
+the State column follow a request from waiting to its slot to done (issue 13)."""
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import Qt
 
+from engine.base import Timings, Token
 from inspector.tracks import Track
-from widgets.request_log import BADGES, RequestLogModel
+from widgets.request_log import (
+    ANOMALIES_COL,
+    BADGES,
+    REQUEST_COL,
+    SLOT_COL,
+    STATE_COL,
+    RequestLogModel,
+)
+
+TIP = Qt.ItemDataRole.ToolTipRole
 
 
 def test_tools_ignored_is_a_badge_with_its_reason(qtbot):
@@ -16,8 +29,41 @@ def test_tools_ignored_is_a_badge_with_its_reason(qtbot):
     marked.anomalies["unknown_tool"] = 2
     model.add(plain)
     model.add(marked)  # newest first: row 0
-    col = 9
+    col = ANOMALIES_COL
     assert model.index(0, col).data(BADGES) == [("no tools shown", 1), ("unknown tool", 2)]
     assert model.index(0, col).data().startswith("no tools shown")
-    assert "does not render `tools`" in model.index(0, col).data(Qt.ItemDataRole.ToolTipRole)
+    assert "does not render `tools`" in model.index(0, col).data(TIP)
     assert model.index(1, col).data(BADGES) == [] and model.index(1, col).data() == ""
+
+
+def test_a_row_goes_from_waiting_to_its_slot_to_done(qtbot):
+    model = RequestLogModel()
+    t = Track(id="r", start_state="content")
+    model.add(t)
+    cell = lambda col: model.index(0, col).data()  # noqa: E731
+    assert (cell(STATE_COL), cell(SLOT_COL)) == ("queued", "")  # waiting for a slot
+    assert "slot" not in model.index(0, REQUEST_COL).data(TIP)
+    t.slot = 2  # the engine took it: its prompt is being read
+    assert (cell(STATE_COL), cell(SLOT_COL)) == ("prompt", "2")
+    assert model.index(0, REQUEST_COL).data(TIP).endswith("\nslot 2")
+    t.add_tokens([Token(5, "Hi", time.perf_counter())])
+    assert (cell(STATE_COL), cell(SLOT_COL)) == ("generating · content", "2")
+    t.finish("stop", Timings(prompt_tokens=40, cached_tokens=31, output_tokens=1, slot=2))
+    assert (cell(STATE_COL), cell(SLOT_COL)) == ("done", "2")
+    assert "slot 2: 31 of 40 prompt tokens cached" in model.index(0, REQUEST_COL).data(TIP)
+    assert "parallel sequence" in model.headerData(SLOT_COL, Qt.Orientation.Horizontal, TIP)
+
+
+def test_a_recorded_request_shows_the_slot_its_timings_name(qtbot):
+    model = RequestLogModel()
+    t = Track(id="r", origin="session.jsonl")
+    model.add(t)
+    t.finish("stop", Timings(output_tokens=3, slot=1))
+    assert model.index(0, SLOT_COL).data() == "1"
+    t.restart()  # a playback seek backwards: it is waiting again
+    assert (model.index(0, SLOT_COL).data(), model.index(0, STATE_COL).data()) == ("", "queued")
+    # A recording from before slots (or another engine): no slot, nothing shown.
+    old = Track(id="o")
+    model.add(old)
+    old.finish("stop", Timings(output_tokens=3))
+    assert model.index(0, SLOT_COL).data() == "" and old.slot == -1
