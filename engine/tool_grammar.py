@@ -16,15 +16,23 @@ llama-cpp-python's JSON-schema converter for Hermes arguments, so `app/` need no
 "required" allows one call or several in a row; a named function exactly one call of it.
 With `reasoning` (the prompt ends inside an open `<think>`), the call must come after the
 reasoning, which is any text without `</think>`, closed by `</think>`.
+
+The other families' formats (harmony, deepseek, mistral, ...; engine/families.py) have no call
+grammar here yet: a request that forces a call on such a pack samples without one (the model is
+asked, not forced) and a warning says so. Hermes' `<tool_call>` grammar there would force
+markup that pack's parser does not read as a call.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 
 from engine.tags import CALL_CLOSE, CALL_OPEN, THINK_CLOSE
 
+log = logging.getLogger("prism")
 PREFIX = "tc"  # every rule written here starts with it; the schema converter's rules do not
+GRAMMAR_DIALECTS = frozenset({"hermes-json", "qwen-xml"})  # the formats forced_call writes
 
 
 def _lit(text: str) -> str:
@@ -120,8 +128,12 @@ def request_grammar(request, dialect: str, start: str) -> str | None:
     """The grammar a request's job samples under: a forced call's when its tool_choice
     forces one (it wins over a response format: a call is not a JSON answer), else its own."""
     if request.tool_choice in FORCED and request.tools:
-        return forced_call(dialect, request.tools, request.tool_name,
-                           reasoning=start == "reasoning")
+        if dialect in GRAMMAR_DIALECTS:
+            return forced_call(dialect, request.tools, request.tool_name,
+                               reasoning=start == "reasoning")
+        log.warning("[prism] tool_choice %r is not enforced: no call grammar for the %s "
+                    "format yet, so the model is asked to call, not forced",
+                    request.tool_name or request.tool_choice, dialect)
     return request.grammar
 
 

@@ -153,6 +153,22 @@ def test_hermes_packs_get_a_json_call_grammar(serve):
     assert '\\"city\\"' in grammar  # the arguments follow the tool's schema
 
 
+def test_a_format_without_a_call_grammar_is_not_forced_into_hermes(serve, caplog):
+    # Only the qwen-xml and hermes-json formats have a forced-call grammar. Hermes' grammar on
+    # a harmony pack made gpt-oss write <tool_call> markup its parser does not read as a call;
+    # such a pack samples without a grammar, and the log says the choice is not enforced.
+    call = ("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+            '{"city": "Paris"}<|call|>')
+    live = serve(call, pack="harmony")
+    with caplog.at_level("WARNING", logger="prism"):
+        resp = live.openai().chat.completions.create(model="m", messages=ASK, tools=[WEATHER],
+                                                     tool_choice="required")
+    assert live.last.job.grammar is None
+    assert resp.choices[0].message.tool_calls[0].function.name == "get_weather"
+    assert "tool_choice 'required' is not enforced: no call grammar for the harmony format" \
+        in caplog.text
+
+
 @pytest.mark.model
 def test_the_real_model_calls_when_told_to(default_model):
     """SmolLM2 on its own rarely writes a call for this prompt; under the grammar it must."""
