@@ -56,7 +56,7 @@ def upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
             template = args.template.read_text(encoding="utf-8")
         except OSError as e:
             raise SystemExit(f"prism: cannot read --template {args.template}: {e}") from None
-    dialect = getattr(args, "dialect", None)
+    dialect = args.dialect
     try:
         if args.pack:
             pack = replace(resolve_pack(args.pack, require_model=False, dialect=dialect),

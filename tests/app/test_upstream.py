@@ -58,7 +58,7 @@ def front(serve_upstream) -> Callable[..., Live]:
               timeout: float = 600.0, **config) -> Live:
         engine = UpstreamEngine(url, probe_s=probe_s, timeout=timeout)
         assert engine.ready.wait(10)
-        args = argparse.Namespace(template=None, pack=pack, tap=False)
+        args = argparse.Namespace(template=None, pack=pack, tap=False, dialect=None)
         chosen = upstream_pack(args, engine)
         engine.stops, engine.preserved = chosen.stop, preserved_tokens(chosen.dialect)
         config.setdefault("model_name", engine.name)
