@@ -120,6 +120,8 @@ class OutputParser:
         self.stream_tools = stream_tools
         # The family's tags; the scan stops at their first characters, newlines and backticks.
         self._mk = mk = dialects.markers(dialect)
+        if mk.think_close is None:
+            start = CONTENT  # a family without reasoning (Llama) answers from the start
         self._starts = mk.starts()
         self._special = (
             _SPECIAL if self._starts == "<"
@@ -397,7 +399,7 @@ class OutputParser:
                     self._handoff = self._open_call(i, qwen_xml, bare=True)
                     return _CALL
                 undecided = undecided or m == PREFIX
-        frame_on = chan == CONTENT and not quoted and self._frames
+        frame_on = not quoted and self._frames and (chan == CONTENT or mk.reopen)
         if undecided and not eof:
             self._hold(i, (close_on, calls_on, bare_on, frame_on))
             return _HOLD
@@ -428,38 +430,38 @@ class OutputParser:
         return True
 
     def _frame_tag(self, buf: str, i: int, eof: bool, key: tuple[bool, bool, bool, bool]) -> Tag:
-        """In the answer, a family's message-frame tag (Harmony's `<|start|>assistant`,
-        `<|channel|>final<|message|>`, ...) is markup; its reasoning opener re-enters the
-        reasoning. Tried only once no call or closer can start here."""
+        """A family's message-frame tag (Harmony's `<|start|>assistant`,
+        `<|channel|>final<|message|>`, ...) is markup, and the message it opens is the answer
+        (in the reasoning too: the header names the channel); its reasoning opener (re)enters
+        the reasoning. Tried only once no call or closer can start here. Newlines right before
+        the tag belong to it (rule 2)."""
         mk = self._mk
         undecided = False
         if mk.reopen:
             m = match_literal(buf, i, mk.think_open)
             if m == FULL:
-                end = i + len(mk.think_open)
-                self._text(CONTENT, self._emit_from, i)
-                self._text(MARKUP, i, end)
-                self._emit_from = end
-                self._chan = REASONING
-                self._eat_nl = True
-                self._reset_md(line_start=True)
+                self._frame(i, i + len(mk.think_open), REASONING)
                 return _TAG
             undecided = m == PREFIX
         for tag in mk.markup:
             m = match_literal(buf, i, tag)
             if m == FULL and not undecided:
-                end = i + len(tag)
-                self._text(CONTENT, self._emit_from, i)
-                self._text(MARKUP, i, end)
-                self._emit_from = end
-                self._reset_md(line_start=True)  # a message begins: no fence, at a line start
-                self._eat_nl = True
+                self._frame(i, i + len(tag), CONTENT)
                 return _TAG
             undecided = undecided or m == PREFIX
         if undecided and not eof:
             self._hold(i, key)
             return _HOLD
         return _TEXT
+
+    def _frame(self, i: int, end: int, chan: str) -> None:
+        start = self._nl_from if self._nl_from >= 0 else i
+        self._text(self._chan, self._emit_from, start)
+        self._text(MARKUP, start, end)
+        self._emit_from = end
+        self._chan = chan
+        self._reset_md(line_start=True)  # a message begins: no fence, at a line start
+        self._eat_nl = True
 
     def _think_close(self, i: int) -> None:
         close = self._mk.think_close
@@ -471,9 +473,11 @@ class OutputParser:
             self._chan = CONTENT
             self._reset_md(line_start=False)
         elif close in self._mk.markup:
-            # The family's closer also ends its answer messages (Harmony's `<|end|>`): markup.
-            self._text(CONTENT, self._emit_from, i)
-            self._text(MARKUP, i, end)
+            # The family's closer also ends its answer messages (Harmony's `<|end|>`): markup,
+            # with the newlines before it.
+            start = self._nl_from if self._nl_from >= 0 else i
+            self._text(CONTENT, self._emit_from, start)
+            self._text(MARKUP, start, end)
             self._reset_md(line_start=True)
         else:
             # Stray </think> in the answer (rule 5): drop it, keep streaming. The newlines

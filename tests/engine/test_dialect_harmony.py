@@ -125,3 +125,18 @@ def test_reader_directly_name_header_and_arguments():
     assert p.end == len('functions.a.b-c <|constrain|>json<|message|> {"k": [1]}\n<|call|>')
     p = read_all_ways(harmony, "functions.f" + " " * 200 + "<|message|>{}")
     assert p.error == "no <|message|>" and p.resume == len("functions.f")
+
+
+def test_a_frame_tag_in_the_analysis_opens_the_answer():
+    # `prism parse` starts in reasoning by default; the header names the channel anyway.
+    res = parse("<|channel|>final<|message|>Just this.", start="reasoning")
+    assert (res.reasoning, res.content) == ("", "Just this.")
+    res = parse(ANALYSIS + "No end token.<|start|>assistant<|channel|>final<|message|>Ok.")
+    assert (res.reasoning, res.content) == ("No end token.", "Ok.")
+    assert not anomalies(res)
+
+
+def test_newlines_before_a_frame_tag_belong_to_it():
+    res = parse("<|channel|>final<|message|>Hi.\n\n<|end|>\n<|start|>assistant"
+                "<|channel|>final<|message|>There.\n<|return|>")
+    assert res.content == "Hi.There."

@@ -65,3 +65,9 @@ def test_reader_directly():
     p = read_all_ways(llama3_json, '{"name": "f", "arguments": {"k": 1}} ;  {"name"')
     assert (p.name, p.arguments) == ("f", {"k": 1})
     assert p.end == len('{"name": "f", "arguments": {"k": 1}} ;') and p.follow() is not None
+
+
+def test_the_family_has_no_reasoning_so_the_parse_starts_in_the_answer():
+    res = parse_all_ways("Hello.\n" + call("f", {}), dialect="llama3-json", start="reasoning")
+    assert (res.reasoning, res.content) == ("", "Hello.")
+    assert [c.name for c in res.tool_calls] == ["f"]
