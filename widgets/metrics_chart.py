@@ -80,6 +80,7 @@ class MetricsCharts(QWidget):
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.buffers: dict[str, RingBuffer] = {}
+        self._plot_keys: dict[str, list[str]] = {}  # plot name -> its series' keys
         for i, (name, title, colour) in enumerate(PLOTS):
             plot = self.view.addPlot(row=i // 2, col=i % 2, title=title)
             plot.showGrid(x=True, y=True, alpha=0.15)
@@ -93,6 +94,8 @@ class MetricsCharts(QWidget):
             plot.titleLabel.setText(title, size="9pt", color=MUTED)
             plot.setLimits(yMin=0)  # all four are counts or rates: no negative axis
             self.plots[name] = plot
+            self._plot_keys[name] = [f"anomalies.{k}" for k in ANOMALY_KINDS] \
+                if name == "anomalies" else [name]
             if name == "anomalies":
                 for kind, pen in zip(ANOMALY_KINDS, _ANOMALY_PENS, strict=True):
                     self._add_curve(plot, f"anomalies.{kind}", pen, name=ANOMALY_LABELS[kind])
@@ -101,6 +104,7 @@ class MetricsCharts(QWidget):
                 self._add_curve(plot, name, colour, symbol=symbol)
             if name == "queue_depth":  # how many wait, next to how many are being served
                 self._add_curve(plot, "busy_slots", COLOURS["reasoning"])
+                self._plot_keys[name].append("busy_slots")
         for col in (0, 1):
             self.view.ci.layout.setColumnStretchFactor(col, 1)
         # The key of the anomaly plot lives under the charts: a legend box would cover it.
@@ -162,5 +166,14 @@ class MetricsCharts(QWidget):
                 buf.extend([(latest, buf.view()[1][-1])])
                 self.curves[key].setData(*buf.view())
         lo = max(0.0, latest - self.window)
-        for plot in self.plots.values():
+        for name, plot in self.plots.items():
             plot.setXRange(lo, max(latest, lo + 10.0), padding=0.02)
+            # Every series is a count or a rate: the y axis runs from zero to the highest
+            # visible point (auto-range zoomed a lone TTFT point to a sliver around its value).
+            top = 0.0
+            for key in self._plot_keys[name]:
+                x, y = self.buffers[key].view()
+                seen = y[x >= lo]
+                if len(seen):
+                    top = max(top, float(seen.max()))
+            plot.setYRange(0.0, max(top * 1.1, 1.0), padding=0)

@@ -45,7 +45,7 @@ COLUMNS = ("Request", "Source", "Model", "State", "Slot", "Prompt", "Output", "T
 (REQUEST_COL, SOURCE_COL, MODEL_COL, STATE_COL, SLOT_COL, PROMPT_COL, OUTPUT_COL, TTFT_COL,
  RATE_COL, FINISH_COL, ANOMALIES_COL) = range(len(COLUMNS))
 _NUMERIC = {SLOT_COL, PROMPT_COL, OUTPUT_COL, TTFT_COL, RATE_COL}
-_WIDTHS = (105, 62, 130, 118, 36, 52, 52, 62, 48, 70)  # every column but the last (stretched)
+_WIDTHS = (105, 62, 110, 150, 36, 52, 52, 62, 48, 70)  # every column but the last (stretched)
 SLOT_TIP = ("The engine's parallel sequence (slot) that serves this request (--parallel N: "
             "up to N generate at once). A request waiting for one shows none.")
 BADGES = Qt.ItemDataRole.UserRole + 1

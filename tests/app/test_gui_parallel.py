@@ -149,6 +149,7 @@ def test_four_requests_generate_at_once_each_in_its_own_row_and_panes(qtbot, ins
     # The charts plotted the busy slots next to the queue depth, up to all four.
     _, busy = win.charts.curves["busy_slots"].getData()
     assert busy is not None and float(busy.max()) > 1
+    assert win.charts.plots["queue_depth"].viewRange()[1][1] > float(busy.max())  # in view
     assert win.charts.points("queue_depth") >= 2
 
     # Pinned, new traffic does not move the selection; following again jumps to the newest.

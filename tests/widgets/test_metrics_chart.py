@@ -40,6 +40,9 @@ def test_charts_receive_points_while_a_recording_plays(window, clock):
     assert 25 < float(np.max(y)) < 60
     _, ttft = charts.curves["ttft_ms"].getData()
     assert all(150 < v < 400 for v in ttft)
+    # The y axes run from zero to just above the highest visible point.
+    lo_y, hi_y = charts.plots["ttft_ms"].viewRange()[1]
+    assert lo_y == 0 and max(ttft) < hi_y <= 1.2 * max(ttft)
     # Idle: the charts keep scrolling (and tokens/s falls to zero).
     clock.advance(5.0)
     charts.refresh()
