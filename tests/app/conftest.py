@@ -26,7 +26,10 @@ from engine.parser import OutputParser
 from engine.recording import Recorder
 from engine.service import Run, RunUpdate, Service
 from engine.upstream import UpstreamEngine
-from tests.support import recorded_failures  # noqa: F401 - the API tests import it from here
+from tests.support import (
+    recorded_failures,  # noqa: F401 - the API tests import it from here
+    wait_until,
+)
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather by city",
@@ -127,6 +130,18 @@ def start_live(service: Service, **config) -> Live:
 
     service.add_listener(on_update)
     return live
+
+
+def hang_up_mid_stream(live: Live, upstream, messages: list[dict], after: int = 3) -> None:
+    """Stream a chat from `live`, leave after `after` + 1 chunks, and wait until the upstream
+    (tests/engine/scripted_upstream.py) saw Prism hang up: exactly once."""
+    stream = live.openai().chat.completions.create(model="m", messages=messages, stream=True)
+    for i, _ in enumerate(stream):
+        if i == after:
+            break
+    stream.close()
+    wait_until(lambda: upstream.hangups, 5, 0.02, "the upstream to see Prism hang up")
+    assert upstream.hangups == 1
 
 
 @pytest.fixture

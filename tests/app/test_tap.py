@@ -26,10 +26,9 @@ from engine.events import UPSTREAM_LEAK
 from engine.packs import resolve_pack
 from engine.recording import read_session
 from engine.upstream import UpstreamEngine
-from tests.app.conftest import TOOLS, Live, xml_call
+from tests.app.conftest import TOOLS, Live, hang_up_mid_stream, xml_call
 from tests.app.test_openai import ASK, collect
 from tests.engine.scripted_upstream import Reply, ScriptedUpstream, Seen, free_port
-from tests.support import wait_until
 
 OUTPUT = "I should check.\n</think>\n\nLet me look it up.\n" + xml_call("get_weather",
                                                                          city="Paris")
@@ -167,13 +166,7 @@ def test_a_client_that_leaves_closes_the_upstream_stream(tap):
 
     with ScriptedUpstream(script) as up:
         live = tap(up.url)
-        stream = live.openai().chat.completions.create(model="m", messages=ASK, stream=True)
-        for i, _ in enumerate(stream):
-            if i == 3:
-                break
-        stream.close()
-        wait_until(lambda: up.hangups, 5, 0.02, "the upstream to see Prism hang up")
-        assert up.hangups == 1
+        hang_up_mid_stream(live, up, ASK)
     wait_done(live)
     assert live.last.finish.reason == "cancelled"
 

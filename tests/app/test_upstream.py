@@ -33,7 +33,7 @@ from engine.families import preserved_tokens
 from engine.recording import read_session
 from engine.replay import ReplayEngine
 from engine.upstream import UpstreamEngine
-from tests.app.conftest import TOOLS, Live
+from tests.app.conftest import TOOLS, Live, hang_up_mid_stream
 from tests.app.test_openai import ASK, CASES, collect, comparable, expected, whole
 from tests.engine.scripted_upstream import (
     MODEL,
@@ -307,13 +307,7 @@ def test_a_client_that_leaves_closes_the_upstream_stream(front):
 
     with ScriptedUpstream(long) as up:
         live = front(up.url, pack="qwen3-xml")
-        stream = live.openai().chat.completions.create(model="m", messages=ASK, stream=True)
-        for i, _ in enumerate(stream):
-            if i == 3:
-                break
-        stream.close()
-        wait_until(lambda: up.hangups, 5, 0.02, "the upstream to see Prism hang up")
-        assert up.hangups == 1
+        hang_up_mid_stream(live, up, ASK)
     assert live.last.finish is not None and live.last.finish.reason == "cancelled"
 
 
