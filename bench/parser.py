@@ -148,6 +148,23 @@ FAMILIES = {
 }
 
 
+# The worst case for hold-back: a call body that never ends, one long value of prose. Each
+# family's opener up to the value.
+LONG_BODY = {
+    "harmony": '<|channel|>commentary to=functions.run json<|message|>{"cmd": "',
+    "deepseek": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>run<｜tool▁sep｜>{"cmd": "',
+    "dsml": '<｜DSML｜function_calls><｜DSML｜invoke name="run"><｜DSML｜parameter name="cmd" '
+            'string="true">',
+    "glm": "<tool_call>run<arg_key>cmd</arg_key><arg_value>",
+    "kimi-k2": '<|tool_calls_section_begin|><|tool_call_begin|>functions.run:0'
+               '<|tool_call_argument_begin|>{"cmd": "',
+    "minimax-xml": '<minimax:tool_call><invoke name="run"><parameter name="cmd">',
+    "mistral": '[TOOL_CALLS]run[ARGS]{"cmd": "',
+    "gemma4": '<|tool_call>call:run{cmd:<|"|>',
+    "llama3-json": '{"name": "run", "parameters": {"cmd": "',
+}
+
+
 def family_output(family: str, size: int, seed: int = 0) -> str:
     rng = random.Random(seed)
     turn = FAMILIES[family][1]
@@ -210,6 +227,12 @@ def bench_family(family: str, size: int) -> None:
         t_big = min(feed_chars(big, st, family, start) for _ in range(3))
         print(f"{family:12} stream_tools={st!s:5}: {len(big) / t_big:,.0f} feeds/s; "
               f"cost(1 MB)/cost(100 kB) = {t_big / t_small:.2f}")
+    long = LONG_BODY[family] + "word " * (size // 25)  # a fifth of `size`: one unfinished value
+    t_small = min(feed_chars(long[: len(long) // 10], True, family, "content") for _ in range(5))
+    t_big = feed_chars(long, True, family, "content")
+    kb = len(long) // 1000
+    print(f"{family:12} one unfinished {kb} kB call body: cost({kb} kB)/cost({kb // 10} kB) = "
+          f"{t_big / t_small:.2f}")
 
 
 if __name__ == "__main__":

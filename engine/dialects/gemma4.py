@@ -136,7 +136,8 @@ class CallParser(FramedBody):
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
         self._st = _WORD
-        self._scan_from = 0  # where the search for the closer resumes (linear cost)
+        self._parts: list[str] = []  # the arguments' text read so far (no closer in it)
+        self._body_at = 0  # body offset where the arguments begin
 
     def _run(self, eof: bool) -> None:
         while not (self.done or self.error):
@@ -154,31 +155,39 @@ class CallParser(FramedBody):
                     return
                 self._start(word)
                 self._st = _BODY
+                self._body_at = self._pos
             else:
                 b = self._buf
-                k = b.find(CALL_END, self._scan_from)
+                k = b.find(CALL_END)
                 if k < 0:
-                    self._scan_from = max(0, len(b) - len(CALL_END) + 1)
+                    # Keep only what could begin the closer; the rest is argument text (moved
+                    # out of the buffer, so long arguments cost linear time).
+                    safe = len(b) - len(CALL_END) + 1
+                    if safe > 0:
+                        self._parts.append(b[:safe])
+                        self._eat(safe)
                     if eof:
-                        self._at_end(b)
+                        self._at_end()
                     return
                 try:
-                    args = read_arguments(b[:k])
+                    args = read_arguments("".join(self._parts) + b[:k])
                 except GemmaSyntaxError as e:
-                    self._fail(f"bad arguments: {e}")
+                    self.error, self.resume = f"bad arguments: {e}", self._body_at
                     return
                 self._eat(k + len(CALL_END))
                 self._done(args)
                 return
 
-    def _at_end(self, b: str) -> None:
+    def _at_end(self) -> None:
         """End of output without the closer: a complete object is the call."""
-        stripped = b.rstrip(" \t\r\n")
+        raw = "".join(self._parts) + self._buf
+        stripped = raw.rstrip(" \t\r\n")
         try:
             args = read_arguments(stripped)
         except GemmaSyntaxError:
             return  # finish() calls it unfinished
-        self._eat(len(stripped))
+        self._eat(len(self._buf))
+        self._pos = self._body_at + len(stripped)
         self._done(args)
 
     def _done(self, args: dict) -> None:

@@ -62,7 +62,7 @@ class TaggedCall(FramedBody):
         self._key = ""
         self._raw_string: bool | None = None  # the family said string / not (DSML), or None
         self._nparams = 0
-        self._vscan = 0  # where the search for the value's closer resumes
+        self._val: list[str] = []  # the value's text read so far (without a possible closer)
 
     # -- the family's hooks ------------------------------------------------------------------
 
@@ -134,14 +134,19 @@ class TaggedCall(FramedBody):
                             self._fail("expected " + self.VALUE_OPEN)
                         return
                 self._st = _VALUE
-                self._vscan = 0
             elif st == _VALUE:
-                # Search only the new text (and a closer's worth before it): linear cost.
-                k = self._buf.find(self.VALUE_END, self._vscan)
+                b = self._buf
+                k = b.find(self.VALUE_END)
                 if k < 0:
-                    self._vscan = max(0, len(self._buf) - len(self.VALUE_END) + 1)
+                    # Keep only what could begin the closer; the rest is value text for sure
+                    # (moved out of the buffer, so a long value costs linear time).
+                    safe = len(b) - len(self.VALUE_END) + 1
+                    if safe > 0:
+                        self._val.append(b[:safe])
+                        self._eat(safe)
                     return
-                raw = self._buf[:k]
+                raw = "".join(self._val) + b[:k]
+                self._val = []
                 self._eat(k + len(self.VALUE_END))
                 self._value(raw)
                 self._st = _PARAMS
