@@ -227,6 +227,29 @@ CASES += [
          bos="<|begin_of_text|>"),
 ]
 
+# A system message in the middle of the conversation (Claude Code's mid-conversation system
+# message, issue 9 item 1): every template renders it where it stands, in its own form for a
+# system turn (or, for DeepSeek's, as a user-side note); the first system message is unchanged.
+MID_SYSTEM = Message("system", "Mid-conversation note: answer in French from now on.")
+MID_SYSTEM_TEMPLATES = {  # template file: (bos, eos) as its other cases use them
+    "chatml.jinja": ("", ""), "qwen3_hermes.jinja": ("", ""), "qwen3_xml.jinja": ("", ""),
+    "smollm2.jinja": ("", ""), "harmony.jinja": ("", ""),
+    "deepseek.jinja": ("<｜begin▁of▁sentence｜>", ""),
+    "dsml.jinja": ("<｜begin▁of▁sentence｜>", ""),
+    "glm.jinja": ("", ""), "kimi_k2.jinja": ("", ""), "minimax_xml.jinja": ("", ""),
+    "mistral.jinja": ("<s>", "</s>"), "gemma4.jinja": ("<bos>", ""),
+    "llama3_json.jinja": ("<|begin_of_text|>", ""),
+}
+for _template, (_bos, _eos) in MID_SYSTEM_TEMPLATES.items():
+    _stem = _template.removesuffix(".jinja")
+    CASES += [
+        case(f"{_stem}_mid_system", _template,
+             [SYSTEM, user("Hi!"), Message("assistant", "Hello."), MID_SYSTEM, user("Bye.")],
+             bos=_bos, eos=_eos),
+        case(f"{_stem}_mid_system_after_tool", _template, [*TOOL_TURNS[:3], MID_SYSTEM],
+             tools=[WEATHER], bos=_bos, eos=_eos),
+    ]
+
 
 def template_source(name: str) -> str:
     if name == SMOLLM2:
