@@ -152,11 +152,8 @@ class CallParser(FramedBody):
                     return
                 self._st = _END
             elif st == _END:
-                at = self._pos
-                if not self._close(CALL_END, eof):
-                    return
-                if self._pos == at:  # no call end: the call is whole, the rest is text
-                    return
+                if self._close(CALL_END, eof) != FULL:
+                    return  # undecided, or no call end: the call is whole, the rest is text
                 self.done = False
                 self._st = _SECTION
             else:

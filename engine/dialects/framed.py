@@ -52,6 +52,7 @@ class FramedBody(CallBody):
         self._pos = 0  # body offset of _buf[0]
         self._json: hermes_json.CallParser | None = None
         self._json_at = 0  # body offset where the arguments object's text began
+        self._close_at = -1  # body offset where the whitespace before a closer began
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -172,18 +173,25 @@ class FramedBody(CallBody):
             self.name = js.name
         return True
 
-    def _close(self, lit: str, eof: bool) -> bool:
-        """After the call: whitespace then `lit` (consumed), or anything else (left to the
-        channel, whitespace included), or the end of output. True when decided."""
-        b = self._buf
-        j = len(b) - len(b.lstrip(" \t\r\n"))
-        m = match_literal(b, j, lit)
-        if m == FULL:
-            self._eat(j + len(lit))
-        elif m == PREFIX and not eof:
-            return False
-        self.done, self.end = True, self._pos
-        return True
+    def _close(self, lits: str | tuple[str, ...], eof: bool) -> Match | None:
+        """After the call: whitespace then one of `lits` (consumed: FULL), or anything else or
+        the end of output (NONE: the call ends before the whitespace, which goes back to the
+        channel). None while undecided. The whitespace is eaten as it comes and only its start
+        remembered, so any amount of it costs linear time."""
+        if self._close_at < 0:
+            self._close_at = self._pos
+        self._ws()
+        m = NONE
+        for lit in (lits,) if isinstance(lits, str) else lits:
+            m = max(m, match_literal(self._buf, 0, lit))
+            if m == FULL:
+                self._eat(len(lit))
+                break
+        if m == PREFIX and not eof:
+            return None
+        self.done, self.end = True, self._pos if m == FULL else self._close_at
+        self._close_at = -1
+        return m if m == FULL else NONE
 
 
 __all__ = ["FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs"]

@@ -68,7 +68,8 @@ class CallParser(CallBody):
         self._raw: list[str] = []  # the JSON object's raw text
         self._pos = 0  # relative offset of the next character to read
         self._phase = 0  # 0 before the object, 1 inside it, 2 after it
-        self._tail = ""  # text after the object (whitespace and </tool_call>)
+        self._tail = ""  # what follows the object after whitespace (the start of </tool_call>)
+        self._obj_end = 0  # relative offset just past the object
         # scanner state
         self._stack: list[_Frame] = []
         self._in_str = False
@@ -137,24 +138,23 @@ class CallParser(CallBody):
         if self.done or self.error:
             return
         if self._phase == 2:  # whole object, end of output before </tool_call>: accept
-            self.done, self.end = True, self._pos - len(self._tail)
+            self.done, self.end = True, self._obj_end
             return
         self.error = "unfinished"
 
     # -- after the object: whitespace then </tool_call> -----------------------------------
 
     def _after(self, ch: str) -> bool:
+        if not self._tail and ch in WS:
+            return False  # whitespace is skipped, not kept: any amount costs linear time
         self._tail += ch
-        t = self._tail.lstrip(WS)
-        if not t:
-            return False
-        m = match_literal(t, 0, CALL_CLOSE)
+        m = match_literal(self._tail, 0, CALL_CLOSE)
         if m == FULL:
             self.done, self.end = True, self._pos
             return True
         if m == NONE:
             # Text after a complete object: the call is whole, the rest is the answer's.
-            self.done, self.end = True, self._pos - len(self._tail)
+            self.done, self.end = True, self._obj_end
             return True
         return False
 
@@ -257,6 +257,7 @@ class CallParser(CallBody):
         """A value just closed in the current top frame (or the whole object closed)."""
         if not self._stack:
             self._phase = 2
+            self._obj_end = self._pos
             self._finish_object()
             return
         self._stack[-1].expect = "comma"

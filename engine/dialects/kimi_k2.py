@@ -101,16 +101,12 @@ class CallParser(FramedBody):
                     return
                 self._st = _END
             elif st == _END:
-                at = self._pos
-                if not self._close(CALL_END, eof) or self._pos == at:
+                if self._close(CALL_END, eof) != FULL:
                     return
                 self.done = False
                 self._st = _SECTION
             else:
-                b = self._buf
-                j = len(b) - len(b.lstrip(" \t\r\n"))
-                alt = match_literal(b, j, SECTION_END_ALT) != NONE
-                self._close(SECTION_END_ALT if alt else SECTION_END, eof)
+                self._close((SECTION_END, SECTION_END_ALT), eof)
                 return
 
 

@@ -42,26 +42,25 @@ class CallParser(hermes_json.CallParser):
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
         self._more = False  # `; {` followed: the next call of the list is read at once
+        self._semi_end = 0
 
     def follow(self) -> CallParser | None:
         return CallParser(self.schemas, self.stream) if self._more else None
 
     def _after(self, ch: str) -> bool:
         """After the object: `;` then another object continues the list; anything else is
-        the answer's text again."""
-        self._tail += ch
-        t = self._tail.lstrip(WS)
-        if not t:
+        the answer's text again. Whitespace is skipped, never kept (linear cost)."""
+        if ch in WS:
             return False
-        if t[0] == ";":
-            rest = t[1:].lstrip(WS)
-            if not rest:
-                return False
-            if rest[0] == "{":
-                self._more = True
-                self.done, self.end = True, self._pos - len(t) + 1  # just past the `;`
-                return True
-        self.done, self.end = True, self._pos - len(self._tail)
+        if not self._tail and ch == ";":
+            self._tail = ";"
+            self._semi_end = self._pos  # just past the `;`
+            return False
+        if self._tail and ch == "{":
+            self._more = True
+            self.done, self.end = True, self._semi_end
+            return True
+        self.done, self.end = True, self._obj_end
         return True
 
 

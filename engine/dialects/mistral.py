@@ -111,15 +111,18 @@ class CallParser(FramedBody):
                 if not self._sub(eof):
                     return
                 self._st = _AFTER_ELEM
-            else:
-                b = self._buf
-                j = len(b) - len(b.lstrip(" \t\r\n"))
-                if j == len(b) and not eof:
+            else:  # after a list element: `,` (another follows) or `]`, else the list ends
+                if self._close_at < 0:
+                    self._close_at = self._pos
+                if not self._ws() and not eof:
                     return
-                if j < len(b) and b[j] in ",]":
-                    self._more = b[j] == ","
-                    self._eat(j + 1)
-                self.done, self.end = True, self._pos
+                b = self._buf
+                if b and b[0] in ",]":
+                    self._more = b[0] == ","
+                    self._eat(1)
+                    self.done, self.end = True, self._pos
+                else:
+                    self.done, self.end = True, self._close_at
                 return
 
 
