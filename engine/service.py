@@ -279,7 +279,8 @@ class Service:
             log.warning("[prism] %s: the chat template of pack %s does not show tools, so the "
                         "model cannot call any of the %d it was given (use a pack whose "
                         "template renders `tools`)", run.id, self.pack.name, len(request.tools))
-        job.grammar = tool_grammar.request_grammar(request, self.pack.dialect, run.start_state)
+        job.grammar = tool_grammar.request_grammar(request, self.pack.dialect, run.start_state,
+                                                   self.engine)
         job.on_token = lambda tok: self._on_token(run, tok)
         job.on_finish = lambda fin: self._on_finish(run, fin)
         run.job = job

@@ -113,7 +113,7 @@ def test_forced_call_after_stated_thinking_keeps_the_reasoning(serve):
     assert live.last.start_state == "reasoning"
     grammar = live.last.job.grammar
     parses(grammar)
-    assert 'root ::= tc-think0 "</think>' in grammar
+    assert 'root ::= tc-u0-0 "</think>' in grammar  # any text without </think>, then it
 
 
 def test_anthropic_any_and_tool_are_enforced(serve):
@@ -153,20 +153,28 @@ def test_hermes_packs_get_a_json_call_grammar(serve):
     assert '\\"city\\"' in grammar  # the arguments follow the tool's schema
 
 
-def test_a_format_without_a_call_grammar_is_not_forced_into_hermes(serve, caplog):
-    # Only the qwen-xml and hermes-json formats have a forced-call grammar. Hermes' grammar on
-    # a harmony pack made gpt-oss write <tool_call> markup its parser does not read as a call;
-    # such a pack samples without a grammar, and the log says the choice is not enforced.
+def test_a_harmony_pack_is_forced_in_harmonys_own_call_format(serve, caplog):
+    # Every family has its own forced-call grammar (engine/tool_grammar.py): a harmony pack
+    # samples under gpt-oss's commentary-channel call, never Hermes' <tool_call>, and nothing
+    # says the choice is not enforced. The replay engine has no vocabulary, so the markers are
+    # text here (tests/engine/test_tool_grammar.py samples the grammars on the real model).
     call = ("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
             '{"city": "Paris"}<|call|>')
-    live = serve(call, pack="harmony")
+    live = serve(call, call, pack="harmony")
     with caplog.at_level("WARNING", logger="prism"):
         resp = live.openai().chat.completions.create(model="m", messages=ASK, tools=[WEATHER],
                                                      tool_choice="required")
-    assert live.last.job.grammar is None
+    grammar = live.last.job.grammar
+    parses(grammar)
+    assert '"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"' \
+        in grammar
+    assert "<tool_call>" not in grammar
     assert resp.choices[0].message.tool_calls[0].function.name == "get_weather"
-    assert "tool_choice 'required' is not enforced: no call grammar for the harmony format" \
-        in caplog.text
+    assert "not enforced" not in caplog.text
+    live.anthropic().messages.create(model="m", max_tokens=50, messages=ASK, tools=[
+        {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}],
+        tool_choice={"type": "tool", "name": "get_weather"})
+    assert "to=functions.get_weather" in live.last.job.grammar
 
 
 @pytest.mark.model
