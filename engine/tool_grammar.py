@@ -128,10 +128,11 @@ class Writer:
             parts.append(_lit(text[i:]))
         return " ".join(parts) or '""'
 
-    def until(self, closer: str) -> str:
-        """A rule for any text that does not contain `closer` (the closer not included)."""
+    def until(self, closer: str, name: str = "") -> str:
+        """A rule for any text that does not contain `closer` (the closer not included), its
+        rules named `name`0... (else numbered)."""
         if closer not in self._untils:
-            name = f"{PREFIX}-u{len(self._untils)}-"
+            name = name or f"{PREFIX}-u{len(self._untils)}-"
             self.rules.update(excluding(name, closer))
             self._untils[closer] = f"{name}0"
         return self._untils[closer]
@@ -407,7 +408,7 @@ def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
     think = _reasoning(dialect) if reasoning else None
     if think is not None:
         closer, after = think
-        body = f"{w.until(closer)} {w.seq(closer + after)} {body}"
+        body = f"{w.until(closer, f'{PREFIX}-think')} {w.seq(closer + after)} {body}"
     w.rules["root"] = body
     own = "\n".join(f"{k} ::= {v}" for k, v in w.rules.items())
     return own + "\n" + w.conv.format_grammar()

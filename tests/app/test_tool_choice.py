@@ -113,7 +113,7 @@ def test_forced_call_after_stated_thinking_keeps_the_reasoning(serve):
     assert live.last.start_state == "reasoning"
     grammar = live.last.job.grammar
     parses(grammar)
-    assert 'root ::= tc-u0-0 "</think>' in grammar  # any text without </think>, then it
+    assert 'root ::= tc-think0 "</think>' in grammar
 
 
 def test_anthropic_any_and_tool_are_enforced(serve):
