@@ -1,0 +1,209 @@
+"""engine/tool_grammar.py: the forced-call grammar of every family, proved by its parser.
+
+The model tests sample SmolLM2 (the default model) under each family's grammar and read the
+output with that family's own parser (engine/parser.py): the parser must read the call(s) to
+the chosen tool, with arguments valid for the tool's schema, and nothing else.
+
+SmolLM2's vocabulary has none of the families' special tokens (`<|channel|>`, `[TOOL_CALLS]`,
+`<｜tool▁sep｜>`, ...), so `special_ids` finds none and its tokenizer writes the markers as plain
+text pieces: on this model the grammars are sampled with their markers as text, which is still
+the right test of each family's shape. The token-reference path (a marker that IS a special
+token of the vocabulary becomes `<[ID]>`) is tested on a special token SmolLM2 does have,
+`<filename>`, by sampling under a grammar that references it.
+
+The small model runs on in a loop when "required" lets it write several calls; those runs
+end at max_tokens with the last call cut off, which the parser leaves as text.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from engine import tool_grammar
+from engine.base import Job
+from engine.events import result_of
+from engine.families import preserved_tokens
+from engine.parser import OutputParser
+from engine.request import Sampling
+from engine.tool_grammar import FORMATS, forced_call, special_ids
+
+DIALECTS = sorted(d for d in FORMATS if d != "auto")
+# Enumerated strings keep SmolLM2's values short (a free raw value, it rambles to max_tokens);
+# `days` is an integer, written as JSON even by the key/value families.
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object",
+    "properties": {"city": {"type": "string", "enum": ["Paris", "London"]},
+                   "days": {"type": "integer"}},
+    "required": ["city"]}}}
+SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string", "enum": ["weather", "news"]}},
+    "required": ["query"]}}}
+TOOLS = (WEATHER, SEARCH)
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+# SmolLM2 spells DSML's fullwidth bars byte by byte: its calls take three times the tokens.
+BUDGET = {"dsml": 3}
+PROMPT = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+          "What is the weather in Paris? Answer with a tool call.<|im_end|>\n"
+          "<|im_start|>assistant\n")
+
+
+def sample(engine, grammar: str, max_tokens: int = 160, prompt: str = PROMPT):
+    tokens, fin, done = [], [], threading.Event()
+    job = Job(prompt=prompt, max_tokens=max_tokens, grammar=grammar,
+              sampling=Sampling(temperature=0.0), on_token=tokens.append,
+              on_finish=lambda f: (fin.append(f), done.set()))
+    engine.submit(job)
+    assert done.wait(300), "the job did not finish"
+    return tokens, fin[0]
+
+
+def read(dialect: str, text: str):
+    p = OutputParser(start="content", dialect=dialect, tools=list(TOOLS))
+    return result_of(p.feed(text) + p.finish())
+
+
+def check_call(call, names) -> None:
+    import json
+
+    assert call.name in names
+    args = call.arguments if isinstance(call.arguments, dict) else json.loads(call.arguments)
+    jsonschema.validate(args, SCHEMAS[call.name])
+
+
+def grammar_check(engine, grammar: str) -> None:
+    """llama.cpp parses the grammar against the model's vocabulary (token ids included)."""
+    import llama_cpp as C
+
+    vocab = engine._vocab._model.vocab  # the engine's own vocab-only model
+    g = C.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    assert g, grammar[:400]
+    C.llama_sampler_free(g)
+
+
+@pytest.fixture(scope="module")
+def engine(default_model: Path) -> Iterator:
+    from engine.llama import LlamaEngine
+
+    # <filename> is one of SmolLM2's special tokens: rendered as text, as a family's markers are.
+    eng = LlamaEngine(default_model, n_ctx=2048, preserved=("<filename>",))
+    assert eng.ready.wait(60) and eng.load_error is None
+    yield eng
+    eng.close()
+
+
+# --- the grammar text ----------------------------------------------------------------------
+
+
+def test_every_family_has_a_grammar_and_a_request_is_forced_without_warning(caplog):
+    from engine.request import ChatRequest, Message
+
+    req = ChatRequest(messages=(Message("user", "hi"),), tools=TOOLS, tool_choice="required")
+    with caplog.at_level("WARNING", logger="prism"):
+        for dialect in (*DIALECTS, "auto"):
+            grammar = tool_grammar.request_grammar(req, dialect, "content")
+            assert grammar and "root ::=" in grammar, dialect
+    assert "not enforced" not in caplog.text
+    with pytest.raises(ValueError, match="no tool named"):
+        forced_call("mistral", TOOLS, "launch_rockets")
+
+
+def test_special_markers_become_token_references():
+    # gpt-oss's vocabulary: these are single tokens (ids as in o200k_harmony)
+    ids = {"<|channel|>": 200005, "<|message|>": 200008, "<|constrain|>": 200003,
+           "<|call|>": 200012, "<|end|>": 200007, "<|start|>": 200006}
+    g = forced_call("harmony", TOOLS, "get_weather", reasoning=True, tokens=ids)
+    assert ('<[200005]> "commentary to=functions.get_weather " <[200003]> "json" <[200008]>'
+            in g)
+    assert "<[200012]>" in g and '"<|' not in g
+    # reasoning: text without <|end|> (the automaton over its text), the token, the next header
+    assert "root ::= tc-think0 <[200007]> <[200006]> \"assistant\"" in g
+    # Mistral's markers have no angle brackets: only the id form can name them
+    g = forced_call("mistral", TOOLS, "search", tokens={"[TOOL_CALLS]": 9, "[ARGS]": 32})
+    assert '<[9]> "search" <[32]>' in g and "TOOL_CALLS" not in g
+    # DSML's token sits inside its tags
+    g = forced_call("dsml", TOOLS, "search", tokens={"｜DSML｜": 128799})
+    assert '"<" <[128799]> "function_calls>\\n"' in g
+
+
+def test_key_value_families_type_each_property():
+    g = forced_call("dsml", TOOLS, "get_weather")
+    # the enum string is raw text (string="true"), the integer JSON (string="false")
+    assert '"<｜DSML｜parameter name=\\"city\\" string=\\"true\\">" ("Paris" | "London")' in g
+    assert 'parameter name=\\"days\\" string=\\"false\\">' in g
+    # city is required, days optional
+    assert '"<｜DSML｜invoke name=\\"get_weather\\">\\n" (' in g
+    assert g.count(")?") >= 1
+
+
+# --- the real model ------------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_special_ids_reads_the_vocabulary(engine):
+    found = special_ids(engine, ("<filename>", "<|channel|>", "[TOOL_CALLS]", "plain"))
+    assert list(found) == ["<filename>"]
+    assert engine.detokenize([found["<filename>"]]) == "<filename>"
+    # SmolLM2 has none of the families' special tokens: their markers stay text here
+    for dialect in DIALECTS:
+        assert special_ids(engine, preserved_tokens(dialect)) == {}, dialect
+
+
+@pytest.mark.model
+def test_a_token_reference_samples_that_token(engine):
+    (tok_id,) = special_ids(engine, ("<filename>",)).values()
+    w = tool_grammar.Writer({"<filename>": tok_id})
+    grammar = f"root ::= {w.seq('<filename>a.py')}"
+    assert grammar == f'root ::= <[{tok_id}]> "a.py"'
+    tokens, _ = sample(engine, grammar, max_tokens=10)
+    assert "".join(t.text for t in tokens) == "<filename>a.py"
+    assert tokens[0].id == tok_id  # the special token itself, not "<", "filename", ">"
+    # the same text quoted: never that token
+    tokens, _ = sample(engine, 'root ::= "<filename>a.py"', max_tokens=10)
+    assert tok_id not in [t.id for t in tokens]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_llama_cpp_parses_every_variant(engine, dialect):
+    for name in (None, "search"):
+        for reasoning in (False, True):
+            grammar_check(engine, forced_call(dialect, TOOLS, name, reasoning=reasoning))
+    # with token references (ids in SmolLM2's range, as a real vocabulary's would be)
+    ids = {text: 1 + i for i, text in enumerate(preserved_tokens(dialect))}
+    grammar_check(engine, forced_call(dialect, TOOLS, None, reasoning=True, tokens=ids))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_named_tool_is_called_once_in_the_familys_format(engine, dialect):
+    tokens, fin = sample(engine, forced_call(dialect, TOOLS, "get_weather"),
+                         max_tokens=120 * BUDGET.get(dialect, 1))
+    text = "".join(t.text for t in tokens)
+    assert fin.reason == "stop", text  # the grammar ended: only end-of-generation was left
+    res = read(dialect, text)
+    assert len(res.tool_calls) == 1, text
+    check_call(res.tool_calls[0], {"get_weather"})
+    assert res.content.strip() == "" and res.reasoning == "", text
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_required_gives_calls_to_declared_tools(engine, dialect):
+    tokens, fin = sample(engine, forced_call(dialect, TOOLS),
+                         max_tokens=120 * BUDGET.get(dialect, 1))
+    text = "".join(t.text for t in tokens)
+    res = read(dialect, text)
+    assert res.tool_calls, text
+    for call in res.tool_calls:
+        check_call(call, {"get_weather", "search"})
+    if fin.reason == "stop":
+        assert res.content.strip() == "", text
+    else:  # cut inside a further call: what is left is that call's beginning, never a call
+        assert fin.reason == "length" and text.endswith(res.content), text
+    if not FORMATS[dialect].several:
+        assert len(res.tool_calls) == 1
