@@ -26,6 +26,7 @@ import pytest
 
 from engine import tool_grammar
 from engine.base import Job
+from engine.dialects import markers
 from engine.events import result_of
 from engine.families import preserved_tokens
 from engine.parser import OutputParser
@@ -83,6 +84,34 @@ def grammar_check(engine, grammar: str) -> None:
     g = C.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
     assert g, grammar[:400]
     C.llama_sampler_free(g)
+
+
+def accepts(engine, grammar: str, text: str) -> bool:
+    """Does llama.cpp's grammar sampler take `text` whole and then allow the end? The text's
+    tokens are offered one at a time: each must keep its logit under the grammar before it is
+    accepted (accepting a refused token would abort in llama.cpp)."""
+    import ctypes
+    import math
+
+    import llama_cpp as C
+
+    vocab = engine._vocab._model.vocab
+    smpl = C.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    assert smpl
+    try:
+        eos = int(C.llama_vocab_eos(vocab))
+        for tok in [*engine.tokenize(text), eos]:
+            cell = (C.llama_token_data * 1)()
+            cell[0].id, cell[0].logit, cell[0].p = tok, 0.0, 0.0
+            arr = C.llama_token_data_array(data=cell, size=1, selected=-1, sorted=False)
+            C.llama_sampler_apply(smpl, ctypes.byref(arr))
+            if math.isinf(cell[0].logit):
+                return False
+            if tok != eos:
+                C.llama_sampler_accept(smpl, tok)
+        return True
+    finally:
+        C.llama_sampler_free(smpl)
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +236,45 @@ def test_required_gives_calls_to_declared_tools(engine, dialect):
         assert fin.reason == "length" and text.endswith(res.content), text
     if not FORMATS[dialect].several:
         assert len(res.tool_calls) == 1
+
+
+# Reasoning before the call: SmolLM2 would not close a reasoning block of its own within any
+# budget, so these are hand-written outputs that llama.cpp's sampler must take whole under the
+# grammar, and that the family's parser must read as reasoning then the call.
+THOUGHT = "The user wants Paris.\nI call get_weather."
+REASONED = {
+    "qwen-xml": ("</think>\n\n<tool_call>\n<function=search>\n<parameter=query>\nnews\n"
+                 "</parameter>\n</function>\n</tool_call>"),
+    "harmony": ("<|end|><|start|>assistant<|channel|>commentary to=functions.search "
+                '<|constrain|>json<|message|>{"query": "news"}<|call|>'),
+    "deepseek": ('</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>'
+                 '{"query": "news"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+    "glm": ("</think>\n\n<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>news"
+            "</arg_value>\n</tool_call>"),
+    "mistral": '[/THINK][TOOL_CALLS]search[ARGS]{"query": "news"}',
+    "gemma4": '<channel|><|tool_call>call:search{query:<|"|>news<|"|>}<tool_call|>',
+}
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("dialect", sorted(REASONED))
+def test_reasoning_then_the_call(engine, dialect):
+    grammar = forced_call(dialect, TOOLS, "search", reasoning=True)
+    text = THOUGHT + REASONED[dialect]
+    assert accepts(engine, grammar, text)
+    p = OutputParser(start="reasoning", dialect=dialect, tools=list(TOOLS))
+    res = result_of(p.feed(text) + p.finish())
+    assert res.reasoning.strip() == THOUGHT
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [("search", {"query": "news"})]
+    # the call is required after the reasoning, and the reasoning must not hold the closer
+    assert not accepts(engine, grammar, THOUGHT)
+    closer = markers(dialect).think_close
+    assert REASONED[dialect].startswith(closer)
+    assert not accepts(engine, grammar, "a" + closer + "b" + text)
+    # without reasoning the same call is taken as is, not after free text
+    plain = forced_call(dialect, TOOLS, "search")
+    call = REASONED[dialect][len(closer):].lstrip("\n")
+    if dialect == "harmony":
+        call = call[len("<|start|>assistant"):]
+    assert accepts(engine, plain, call)
+    assert not accepts(engine, plain, "Sure. " + call)
