@@ -46,8 +46,8 @@ SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
     "required": ["query"]}}}
 TOOLS = (WEATHER, SEARCH)
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-# SmolLM2 spells DSML's fullwidth bars byte by byte: its calls take three times the tokens.
-BUDGET = {"dsml": 3}
+# SmolLM2 spells DeepSeek's fullwidth bars byte by byte: its calls take more tokens.
+BUDGET = {"dsml": 3, "deepseek": 2}
 PROMPT = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
           "What is the weather in Paris? Answer with a tool call.<|im_end|>\n"
           "<|im_start|>assistant\n")
