@@ -278,3 +278,29 @@ def test_reasoning_then_the_call(engine, dialect):
         call = call[len("<|start|>assistant"):]
     assert accepts(engine, plain, call)
     assert not accepts(engine, plain, "Sure. " + call)
+
+
+TWO_CALLS = {
+    "llama3-json": ('{"name": "search", "parameters": {"query": "news"}}; '
+                    '{"name": "get_weather", "parameters": {"city": "London", "days": 2}}'),
+    "kimi-k2": ('<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0'
+                '<|tool_call_argument_begin|>{"query": "news"}<|tool_call_end|>'
+                "<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>"
+                '{"city": "London", "days": 2}<|tool_call_end|><|tool_calls_section_end|>'),
+    "minimax-xml": ('<minimax:tool_call>\n<invoke name="search">\n<parameter name="query">news'
+                    '</parameter>\n</invoke>\n<invoke name="get_weather">\n<parameter name='
+                    '"city">London</parameter>\n<parameter name="days">2</parameter>\n'
+                    "</invoke>\n</minimax:tool_call>"),
+}
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("dialect", sorted(TWO_CALLS))
+def test_required_takes_several_calls_and_a_named_tool_one(engine, dialect):
+    text = TWO_CALLS[dialect]
+    assert accepts(engine, forced_call(dialect, TOOLS), text)
+    assert not accepts(engine, forced_call(dialect, TOOLS, "search"), text)
+    assert not accepts(engine, forced_call(dialect, TOOLS), text + "\nDone.")
+    res = read(dialect, text)
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [
+        ("search", {"query": "news"}), ("get_weather", {"city": "London", "days": 2})]
