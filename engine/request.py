@@ -66,7 +66,7 @@ class ChatRequest:
     grammar: optional GBNF text to constrain generation (tests, structured output).
     tool_choice: "auto" (the model decides), "none" (tools left out), "required" (a call to
     any tool) or "function" (a call to `tool_name`); the last two are enforced with a grammar
-    in the pack's tool-call dialect (engine/tool_grammar.py).
+    in the pack's tool-call dialect (engine/tool_grammar/).
     api: the client it came from, for the request log ("openai", "anthropic", "responses",
     "gui", "replay"). Not to be confused with the pack's tool-call dialect.
     """

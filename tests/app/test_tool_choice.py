@@ -1,4 +1,4 @@
-"""app/api/tool_choice.py and engine/tool_grammar.py: tool_choice in the three APIs' spellings,
+"""app/api/tool_choice.py and engine/tool_grammar/: tool_choice in the three APIs' spellings,
 refused when unknown and enforced with a grammar in the pack's dialect when it forces a call;
 and the other "accepted but wrong" inputs of issue 10, item 6 (max_completion_tokens 0,
 tool schemas that are not JSON Schemas, image parts, --max-queue 0).
@@ -154,7 +154,7 @@ def test_hermes_packs_get_a_json_call_grammar(serve):
 
 
 def test_a_harmony_pack_is_forced_in_harmonys_own_call_format(serve, caplog):
-    # Every family has its own forced-call grammar (engine/tool_grammar.py): a harmony pack
+    # Every family has its own forced-call grammar (engine/tool_grammar/): a harmony pack
     # samples under gpt-oss's commentary-channel call, never Hermes' <tool_call>, and nothing
     # says the choice is not enforced. The replay engine has no vocabulary, so the markers are
     # text here (tests/engine/test_tool_grammar.py samples the grammars on the real model).

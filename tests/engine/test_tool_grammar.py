@@ -1,4 +1,4 @@
-"""engine/tool_grammar.py: the forced-call grammar of every family, proved by its parser.
+"""engine/tool_grammar/: the forced-call grammar of every family, proved by its parser.
 
 The model tests sample SmolLM2 (the default model) under each family's grammar and read the
 output with that family's own parser (engine/parser.py): the parser must read the call(s) to
