@@ -229,6 +229,98 @@ def test_a_long_prompt_is_prefilled_in_chunks_and_cancellable_between_them(
         eng.close()
 
 
+FOX = "the quick brown fox jumps over the lazy dog. "
+
+
+def kv_held(eng: LlamaEngine, seq: int) -> tuple[int, int]:
+    """(tokens slot `seq` says it holds, tokens llama.cpp holds for that sequence: its highest
+    position + 1). Read while the engine is idle."""
+    import llama_cpp as C
+
+    b = eng._batcher
+    return len(b.slots[seq].kv), int(C.llama_memory_seq_pos_max(b._mem, seq)) + 1
+
+
+def test_a_cancel_stops_a_prefill_only_step_mid_chunk_and_leaves_no_garbage(
+    default_model: Path,
+) -> None:
+    from engine.batch import N_BATCH
+
+    long_prompt = chatml("Summarise: " + FOX * 300)
+    follow_up = chatml("Summarise: " + FOX * 3)  # shares the long prompt's first 30 tokens
+    eng = LlamaEngine(default_model, n_ctx=4096, parallel=1, n_threads=1)
+    try:
+        assert eng.ready.wait(60) and eng.load_error is None
+        n_long = len(eng.tokenize(long_prompt))
+        assert n_long > 5 * N_BATCH  # six 512-token chunks if it were decoded whole
+        events: list[str] = []
+        long = Collector(long_prompt, max_tokens=4)
+        long.job.on_finish = lambda fin: (events.append("finished"), long._fin(fin))
+        eng.submit(long.job)
+        wait_until(lambda: long.job.slot >= 0, 30, what="the long prompt in its slot")
+        long.job.cancel()  # its first chunk is being decoded now: that takes seconds here
+        events.append("cancelled")
+        fin = long.wait(120)
+        wait_until(lambda: eng.state == "idle" and eng.busy_slots() == 0, 30, what="idle")
+        events.append("idle")
+        assert events == ["cancelled", "finished", "idle"]
+        assert fin.reason == "cancelled" and fin.timings.output_tokens == 0 and not long.tokens
+        # The chunk in flight was stopped, not finished: no prompt token is in the cache, by
+        # the slot's account and by llama.cpp's (between-step cancels left a whole chunk).
+        assert kv_held(eng, 0) == (0, 0)
+        after = Collector(follow_up, max_tokens=16, top_logprobs=3)
+        eng.submit(after.job)
+        assert after.wait(120).reason in ("length", "stop")
+        assert after.finish.timings.cached_tokens == 0
+        # Every prompt and output token decoded, but for a last one sampled at the length limit.
+        decoded = len(eng.tokenize(follow_up)) + len(after.tokens)
+        decoded -= after.finish.reason == "length"
+        assert kv_held(eng, 0) == (decoded, decoded)
+    finally:
+        eng.close()
+    fresh = LlamaEngine(default_model, n_ctx=4096, parallel=1, n_threads=1)
+    try:
+        assert fresh.ready.wait(60) and fresh.load_error is None
+        ref = Collector(follow_up, max_tokens=16, top_logprobs=3)
+        fresh.submit(ref.job)
+        assert ref.wait(120).reason == after.finish.reason
+    finally:
+        fresh.close()
+    # Greedy, alone, same chunks: the same tokens as on an engine that never saw the abort.
+    assert [t.id for t in after.tokens] == [t.id for t in ref.tokens] and ref.tokens
+
+
+def test_a_cancel_never_aborts_a_step_that_another_prompt_is_in(default_model: Path) -> None:
+    from engine.batch import N_BATCH
+
+    eng = LlamaEngine(default_model, n_ctx=4096, parallel=2, n_threads=1)
+    try:
+        assert eng.ready.wait(60) and eng.load_error is None
+        gate = Collector(chatml("Count: " + "one two three " * 60), max_tokens=1)
+        a = Collector(chatml("Summarise: " + FOX * 20), max_tokens=4)
+        b = Collector(chatml("Summarise twice: " + FOX * 100), max_tokens=4)
+        n_a, n_b = len(eng.tokenize(a.job.prompt)), len(eng.tokenize(b.job.prompt))
+        assert n_a < N_BATCH < n_b
+        eng.submit(gate.job)
+        wait_until(lambda: gate.job.slot >= 0, 30, what="the gate job in its slot")
+        # Queued while the gate's prompt decodes, so both are admitted in the same loop turn
+        # and the next step (prefill only) holds a's whole prompt and b's first chunk.
+        eng.submit(a.job)
+        eng.submit(b.job)
+        wait_until(lambda: b.job.slot >= 0, 60, what="a and b in their slots")
+        b.job.cancel()
+        assert b.wait(120).reason == "cancelled" and not b.tokens
+        assert a.wait(120).reason == "length" and len(a.tokens) == 4
+        assert a.finish.timings.prompt_tokens == n_a
+        # That step ran to its end: b's chunk in it was committed, not aborted.
+        in_step = N_BATCH - (n_a - a.finish.timings.cached_tokens)
+        held = b.finish.timings.cached_tokens + in_step
+        wait_until(lambda: eng.busy_slots() == 0, 30, what="idle")
+        assert kv_held(eng, b.job.slot) == (held, held)
+    finally:
+        eng.close()
+
+
 def test_a_full_pool_ends_the_longest_with_length_and_a_reason(default_model: Path) -> None:
     eng = LlamaEngine(default_model, n_ctx=256, parallel=2, n_threads=1)
     try:
