@@ -75,17 +75,32 @@ class CallParser(CallBody):
         self._val: list[str] = []
         self._val_first = True  # no value character seen yet (strip one leading newline)
         self._nparams = 0
+        # Whitespace after a closer, set aside while nothing else has come (`feed`), and the
+        # buffer index where it began as `_terminator` saw it (-1: not that case).
+        self._ws_hold: list[str] = []
+        self._ws_from = -1
 
     # -- driving -----------------------------------------------------------------------------
 
     def feed(self, text: str) -> None:
         if self.done or self.error:
             return
+        if self._ws_hold:
+            # Waiting on whitespace after a closer: more of it decides nothing, so it is only
+            # kept aside (re-scanning a growing run would cost quadratic time).
+            if not text.lstrip(" \t\r\n"):
+                self._ws_hold.append(text)
+                return
+            text = "".join(self._ws_hold) + text
+            self._ws_hold = []
         self._buf += text
         self._run(eof=False)
 
     def finish(self) -> None:
         """End of output: resolve what is pending. Sets done (a complete call) or error."""
+        if self._ws_hold:
+            self._buf += "".join(self._ws_hold)
+            self._ws_hold = []
         if not (self.done or self.error):
             self._run(eof=True)
             if not (self.done or self.error):
@@ -208,6 +223,7 @@ class CallParser(CallBody):
         b = self._buf
         n = len(b)
         i = 0
+        self._ws_from = -1
         while True:
             lt = b.find("<", i)
             if lt < 0:
@@ -222,6 +238,10 @@ class CallParser(CallBody):
             if end == PREFIX:
                 cut = lt - 1 if (lt and b[lt - 1] == "\n") else lt
                 self._take(cut)
+                if self._ws_from >= 0:  # a closer, then only whitespace so far: set it aside
+                    keep = self._ws_from - cut
+                    self._ws_hold = [self._buf[keep:]]
+                    self._buf = self._buf[:keep]
                 return False
             if end is None:  # '<' is ordinary value text
                 i = lt + 1
@@ -255,7 +275,10 @@ class CallParser(CallBody):
                 return wait
             j = skip_ws(b, lt + size, None)
             if j == len(b):
-                return self._ends((_END_PARAM, size), drift) if eof else PREFIX
+                if eof:
+                    return self._ends((_END_PARAM, size), drift)
+                self._ws_from = lt + size
+                return PREFIX
             a = match_literal(b, j, _PARAM)
             c = match_literal(b, j, _END_FUNC)
             if FULL in (a, c):
@@ -267,7 +290,10 @@ class CallParser(CallBody):
         if m == FULL:  # a missing </parameter> before </function> </tool_call> (or the end)
             j = skip_ws(b, lt + len(_END_FUNC), None)
             if j == len(b):
-                return self._ends((_END_FUNC, len(_END_FUNC)), _MISSING) if eof else PREFIX
+                if eof:
+                    return self._ends((_END_FUNC, len(_END_FUNC)), _MISSING)
+                self._ws_from = lt + len(_END_FUNC)
+                return PREFIX
             c = match_literal(b, j, _END_CALL)
             if c == FULL:
                 return self._ends((_END_FUNC, len(_END_FUNC)), _MISSING)
