@@ -151,6 +151,8 @@ FAMILIES = {
 # The worst case for hold-back: a call body that never ends, one long value of prose. Each
 # family's opener up to the value.
 LONG_BODY = {
+    "qwen-xml": "<tool_call>\n<function=run>\n<parameter=cmd>\n",
+    "hermes-json": '<tool_call>\n{"name": "run", "arguments": {"cmd": "',
     "harmony": '<|channel|>commentary to=functions.run json<|message|>{"cmd": "',
     "deepseek": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>run<｜tool▁sep｜>{"cmd": "',
     "dsml": '<｜DSML｜function_calls><｜DSML｜invoke name="run"><｜DSML｜parameter name="cmd" '
@@ -163,6 +165,41 @@ LONG_BODY = {
     "gemma4": '<|tool_call>call:run{cmd:<|"|>',
     "llama3-json": '{"name": "run", "parameters": {"cmd": "',
 }
+
+
+# The other worst case: a long run of whitespace right after a call's closer, where the reader
+# waits for what may still belong to the call (a section's end, the next parameter).
+AFTER_CLOSER = {
+    "qwen-xml": "<tool_call>\n<function=run>\n<parameter=cmd>\nls\n</parameter>",
+    "hermes-json": '<tool_call>\n{"name": "run", "arguments": {"cmd": "ls"}}',
+    "harmony": '<|channel|>commentary to=functions.run json<|message|>{"cmd": "ls"}',
+    "deepseek": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>run<｜tool▁sep｜>{"cmd": "ls"}'
+                "<｜tool▁call▁end｜>",
+    "dsml": '<｜DSML｜function_calls><｜DSML｜invoke name="run"></｜DSML｜invoke>',
+    "glm": "<tool_call>run<arg_key>cmd</arg_key><arg_value>ls</arg_value>",
+    "kimi-k2": '<|tool_calls_section_begin|><|tool_call_begin|>functions.run:0'
+               '<|tool_call_argument_begin|>{"cmd": "ls"}<|tool_call_end|>',
+    "minimax-xml": '<minimax:tool_call><invoke name="run"></invoke>',
+    "mistral": '[TOOL_CALLS][{"name": "run", "arguments": {"cmd": "ls"}}',
+    "gemma4": "<|tool_call>call:run{cmd:1}",
+    "llama3-json": '{"name": "run", "parameters": {"cmd": "ls"}}',
+}
+
+
+def worst_cases(family: str, size: int) -> None:
+    """cost(size/5)/cost(size/50) for one unfinished long value and for whitespace after a
+    closer, fed a character at a time: 10 is linear."""
+    dialect = "auto" if family in ("qwen-xml", "hermes-json") else family
+    texts = {"whitespace after a closer": AFTER_CLOSER[family] + " " * (size // 5)}
+    if family in LONG_BODY:
+        texts["one unfinished call body"] = LONG_BODY[family] + "word " * (size // 25)
+    for what, long in texts.items():
+        t_small = min(feed_chars(long[: len(long) // 10], True, dialect, "content")
+                      for _ in range(5))
+        t_big = feed_chars(long, True, dialect, "content")
+        kb = len(long) // 1000
+        print(f"{family:12} {what}, {kb} kB: cost({kb} kB)/cost({kb // 10} kB) = "
+              f"{t_big / t_small:.2f}")
 
 
 def family_output(family: str, size: int, seed: int = 0) -> str:
@@ -214,6 +251,8 @@ def main() -> None:
     p.feed(big)
     p.finish()
     print(f"whole 1 MB in one feed: {(time.process_time() - t0) * 1000:.1f} ms")
+    worst_cases("qwen-xml", int(args.mb * 1_000_000))
+    worst_cases("hermes-json", int(args.mb * 1_000_000))
     for fam in FAMILIES:
         bench_family(fam, int(args.mb * 1_000_000))
 
@@ -227,12 +266,7 @@ def bench_family(family: str, size: int) -> None:
         t_big = min(feed_chars(big, st, family, start) for _ in range(3))
         print(f"{family:12} stream_tools={st!s:5}: {len(big) / t_big:,.0f} feeds/s; "
               f"cost(1 MB)/cost(100 kB) = {t_big / t_small:.2f}")
-    long = LONG_BODY[family] + "word " * (size // 25)  # a fifth of `size`: one unfinished value
-    t_small = min(feed_chars(long[: len(long) // 10], True, family, "content") for _ in range(5))
-    t_big = feed_chars(long, True, family, "content")
-    kb = len(long) // 1000
-    print(f"{family:12} one unfinished {kb} kB call body: cost({kb} kB)/cost({kb // 10} kB) = "
-          f"{t_big / t_small:.2f}")
+    worst_cases(family, size)
 
 
 if __name__ == "__main__":
