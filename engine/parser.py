@@ -142,6 +142,7 @@ class OutputParser:
         self._emit_from = 0
         self._scan = 0
         self._at_start = True  # only whitespace so far: a <think> here is the model's own
+        self._start_ws: list[str] = []  # whitespace fed at the start, set aside (see feed)
         self._nl_from = -1  # index in _buf where a held run of newlines starts (-1: none)
         self._eat_nl = False  # newlines right after a tag belong to it
         self._md = Quoting()  # fences, inline code, line start
@@ -176,7 +177,7 @@ class OutputParser:
         if self._call is not None:
             raw = self._call_prefix + "".join(self._body)
             return raw[self._emitted - self._call_start :]
-        return self._buf[self._emit_from :]
+        return self._buf[self._emit_from :] + "".join(self._start_ws)
 
     def feed(self, text: str) -> list[Event]:
         # Fast path: plain text and nothing held, the common per-token case. `_plain` is
@@ -193,6 +194,16 @@ class OutputParser:
         self._pending = -1
         pos = self._total
         self._total = pos + len(text)
+        if self._at_start:
+            # Only whitespace so far: more of it decides nothing (a <think> may still come),
+            # so it is kept aside instead of being re-buffered on every feed (linear cost).
+            if not text.lstrip(" \t\r\n"):
+                self._start_ws.append(text)
+                return out
+            if self._start_ws:
+                ws = "".join(self._start_ws)
+                self._start_ws = []
+                text, pos = ws + text, pos - len(ws)
         self._pump(text, 0, pos, eof=False)
         md = self._md
         self._plain = (
@@ -211,6 +222,10 @@ class OutputParser:
         `events.result_of`, which builds the final result."""
         out = self._out = []
         self._plain = False
+        if self._start_ws:
+            ws = "".join(self._start_ws)
+            self._start_ws = []
+            self._pump(ws, 0, self._total - len(ws), eof=False)
         self._pump("", 0, self._total, eof=True)
         return out
 

@@ -58,6 +58,15 @@ def test_model_written_think_at_start_is_consumed_from_content_start():
     assert (res.reasoning, res.content) == ("hmm", "ok")
 
 
+def test_whitespace_before_the_models_think_is_held_then_goes_with_the_tag():
+    p = OutputParser(start="content", id_prefix="")
+    assert p.feed(" \n" * 300) == [] and p.held == " \n" * 300
+    events = p.feed("<think>x</think>y") + p.finish()
+    assert events[0].kind == MARKUP and events[0].text == " \n" * 300 + "<think>"
+    res = parse_all_ways("\t \n" * 50 + "<think>\nhm\n</think>\nok", start="content")
+    assert (res.reasoning, res.content) == ("hm", "ok")
+
+
 def test_model_written_think_at_start_when_template_opened_it():
     res = parse_all_ways("<think>\nhmm\n</think>\nok")
     assert (res.reasoning, res.content) == ("hmm", "ok")
