@@ -26,10 +26,24 @@ ANTHROPIC_TOOLS = [{"name": t["function"]["name"], "description": t["function"][
 RESPONSES_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]
 
 
-def parses(grammar: str) -> None:
-    from llama_cpp import LlamaGrammar
+@pytest.fixture(scope="module")
+def parses(default_model):
+    """llama.cpp's own grammar parser, run against the default model's vocabulary: a GBNF it
+    rejects fails the test. (llama-cpp-python 0.3's `LlamaGrammar.from_string` no longer
+    parses the text, so it cannot serve as the check.)"""
+    import llama_cpp as C
 
-    LlamaGrammar.from_string(grammar, verbose=False)  # raises on GBNF llama.cpp rejects
+    from engine.vocab import Vocab
+
+    vocab = Vocab(default_model)
+
+    def check(grammar: str) -> None:
+        g = C.llama_sampler_init_grammar(vocab._model.vocab, grammar.encode(), b"root")
+        assert g, f"llama.cpp rejects the grammar: {grammar[:400]}"
+        C.llama_sampler_free(g)
+
+    yield check
+    vocab.close()
 
 
 # --- refused -------------------------------------------------------------------------------
@@ -81,7 +95,7 @@ def test_responses_unknown_tool_choice_is_400(serve, choice):
 # --- enforced --------------------------------------------------------------------------------
 
 
-def test_openai_required_and_named_carry_a_grammar_in_the_packs_dialect(serve):
+def test_openai_required_and_named_carry_a_grammar_in_the_packs_dialect(serve, parses):
     live = serve(CALL, CALL, CALL)
     client = live.openai()
     resp = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
@@ -105,7 +119,7 @@ def test_openai_required_and_named_carry_a_grammar_in_the_packs_dialect(serve):
     assert live.last.job.grammar is None
 
 
-def test_forced_call_after_stated_thinking_keeps_the_reasoning(serve):
+def test_forced_call_after_stated_thinking_keeps_the_reasoning(serve, parses):
     live = serve("Let me see.\n</think>\n\n" + CALL)
     live.openai().chat.completions.create(
         model="m", messages=ASK, tools=TOOLS, tool_choice="required",
@@ -116,7 +130,7 @@ def test_forced_call_after_stated_thinking_keeps_the_reasoning(serve):
     assert 'root ::= tc-think0 "</think>' in grammar
 
 
-def test_anthropic_any_and_tool_are_enforced(serve):
+def test_anthropic_any_and_tool_are_enforced(serve, parses):
     live = serve(CALL, CALL, REPLY)
     client = live.anthropic()
     msg = client.messages.create(model="m", max_tokens=50, messages=ASK, tools=ANTHROPIC_TOOLS,
@@ -133,7 +147,7 @@ def test_anthropic_any_and_tool_are_enforced(serve):
     assert live.last.request.tools == () and live.last.job.grammar is None
 
 
-def test_responses_named_function_is_enforced(serve):
+def test_responses_named_function_is_enforced(serve, parses):
     live = serve(CALL)
     live.openai().responses.create(model="m", input="hi", tools=RESPONSES_TOOLS,
                                    tool_choice={"type": "function", "name": "get_weather"})
@@ -141,7 +155,7 @@ def test_responses_named_function_is_enforced(serve):
     parses(live.last.job.grammar)
 
 
-def test_hermes_packs_get_a_json_call_grammar(serve):
+def test_hermes_packs_get_a_json_call_grammar(serve, parses):
     live = serve('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
                  "</tool_call>", pack="smollm2")
     resp = live.openai().chat.completions.create(model="m", messages=ASK, tools=[WEATHER],
@@ -153,7 +167,7 @@ def test_hermes_packs_get_a_json_call_grammar(serve):
     assert '\\"city\\"' in grammar  # the arguments follow the tool's schema
 
 
-def test_a_harmony_pack_is_forced_in_harmonys_own_call_format(serve, caplog):
+def test_a_harmony_pack_is_forced_in_harmonys_own_call_format(serve, caplog, parses):
     # Every family has its own forced-call grammar (engine/tool_grammar/): a harmony pack
     # samples under gpt-oss's commentary-channel call, never Hermes' <tool_call>, and nothing
     # says the choice is not enforced. The replay engine has no vocabulary, so the markers are
