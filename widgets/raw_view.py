@@ -6,17 +6,34 @@ markup in the tag colour, the held tail dim at the end, anomalies underlined wit
 when the engine recorded top-k alternatives; hover for id, time and alternatives; ids instead of
 text on request). The raw text is rebuilt from the events' spans, which tile the output, so what
 is drawn is provably what the parser consumed. GUI thread only; reads tracks.
+
+A family's call markers (`<｜tool▁sep｜>`, `[ARGS]`, `<|tool_call>`, `<arg_key>` ...) lie inside
+the parser's call events, not in markup events (the call's span owns its tags), so the view
+finds them in the call's text by the family's own marker table (`call_tags`) and draws them in
+the tag colour too (issue 12, "The inspector"; docs/design.md, section 7 "The window").
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from bisect import bisect_right
+from functools import cache
 
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
-from engine.events import ANOMALY, CONTENT, MARKUP, REASONING, TOOL_CALL, TOOL_START, merge
+from engine import dialects
+from engine.events import (
+    ANOMALY,
+    CONTENT,
+    MARKUP,
+    REASONING,
+    TOOL_ARGS,
+    TOOL_CALL,
+    TOOL_START,
+    merge,
+)
 from inspector.tracks import Track
 from widgets.channel_view import anomaly_format
 from widgets.text_pane import TextPane
@@ -33,6 +50,38 @@ _PROB_SHADES = (  # p < .1, < .3, < .6, < .9, >= .9 : red to green, two tones ea
     ("#2f4d33", "#37593c"),
     ("#284236", "#2f4d3f"),
 )
+_CALL_KINDS = (TOOL_START, TOOL_ARGS, TOOL_CALL)
+# Whole tags of the XML-like families, whose openers carry a name (`<invoke name="f">`): the
+# family's special tokens alone would leave them half coloured. Their quoted attribute values
+# (the call's name, a parameter's key) stay in the call colour, as in the tools pane.
+_TAG_FORMS = {
+    "dsml": (r"</?｜DSML｜[A-Za-z_]+[^<>\n]*>",),
+    "minimax-xml": (r"</?(?:invoke|parameter)\b[^<>\n]*>",),
+}
+_VALUE = re.compile(r'="([^"]*)"')
+_LOOKBACK = 256  # a tag split over two call events is found when the second one is drawn
+
+
+@cache
+def call_tags(dialect: str) -> re.Pattern | None:
+    """The family's markers as one pattern (its preserved tokens, its call openers and its
+    whole tags); None for `auto` and the `<tool_call>` dialects, which list none."""
+    mod = dialects.DIALECTS.get(dialect)
+    tokens = getattr(mod, "PRESERVED_TOKENS", ())
+    if not tokens:
+        return None
+    marks = getattr(mod, "MARKERS", None)
+    literals = {*tokens, *(marks.calls if marks else ())} - {*(marks.body_openers if marks
+                                                                else ())}
+    literals = {t for t in literals if t.strip() and t != "｜DSML｜"}  # a fragment, not a tag
+    alts = [*_TAG_FORMS.get(dialect, ()), *map(re.escape, sorted(literals, key=len,
+                                                                    reverse=True))]
+    return re.compile("|".join(alts))
+
+
+def _u16(text: str) -> int:
+    """Length in Qt document positions (UTF-16 units: a character past U+FFFF counts two)."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
 
 
 class RawView(TrackFollower, QWidget):
@@ -69,6 +118,7 @@ class RawView(TrackFollower, QWidget):
         self._n = 0
         self._call_start: dict[int, int] = {}
         self._flag_next: str | None = None
+        self._call_from = -1  # raw offset where the current run of call events began
 
     def _reset(self) -> None:
         self._reset_state()
@@ -83,8 +133,9 @@ class RawView(TrackFollower, QWidget):
             new = track.events[self._n :]
             self._n = len(track.events)
             raw = track.raw
+            tags = call_tags(track.dialect)
             for ev in merge(new):
-                self._draw(ev, raw)
+                self._draw(ev, raw, tags)
             held = track.held
             if held:
                 pane.set_tail(held, formats().held(track.state or "reasoning"))
@@ -101,11 +152,13 @@ class RawView(TrackFollower, QWidget):
         tail = self.raw.tail_text
         return full[: len(full) - len(tail)] if tail else full
 
-    def _draw(self, ev, raw: str) -> None:
+    def _draw(self, ev, raw: str, tags: re.Pattern | None = None) -> None:
         f = formats()
         pane = self.raw
         a, b = ev.span
         text = raw[a:b]
+        if ev.kind not in _CALL_KINDS:
+            self._call_from = -1
         if ev.kind == ANOMALY:
             kind = ev.anomaly or ""
             if text:  # a dropped tag: it is in the raw output, marked
@@ -120,9 +173,27 @@ class RawView(TrackFollower, QWidget):
             self._call_start.setdefault(ev.index, pane.end())
         fmt = f.state(_KIND_STATE.get(ev.kind, "call"))
         start = pane.append(text, fmt)
+        if tags is not None and ev.kind in _CALL_KINDS and text:
+            self._colour_tags(tags, raw, a, b, start)
         if self._flag_next and text:
             pane.merge_format(start, pane.end(), f.flag(self._flag_next))
             self._flag_next = None
+
+    def _colour_tags(self, tags: re.Pattern, raw: str, a: int, b: int, start: int) -> None:
+        """Draw the family's markers inside the call text raw[a:b] (drawn at pane position
+        `start`) in the tag colour, looking back into the same call for a tag begun there."""
+        if self._call_from < 0:
+            self._call_from = a
+        lo = max(self._call_from, a - _LOOKBACK)
+        fmt = formats().state("markup")
+        for m in tags.finditer(raw, lo, b):
+            s, e = m.span()
+            if e <= a:
+                continue  # drawn with an earlier event
+            cuts = [s, *(i for v in _VALUE.finditer(raw, s, e) for i in v.span(1)), e]
+            for x, y in zip(cuts[::2], cuts[1::2], strict=True):
+                px = start - _u16(raw[x:a]) if x < a else start + _u16(raw[a:x])
+                self.raw.merge_format(px, px + _u16(raw[x:y]), fmt)
 
 
 class TokenStrip(TrackFollower, TextPane):

@@ -1,0 +1,219 @@
+"""widgets/channel_view.py, widgets/raw_view.py and widgets/reparse_view.py for every model
+family of issue 12 ("The inspector"): a real window plays one output per family (a reasoning
+part, an answer and a call, each written in the family's own markup, as in
+tests/app/test_families_api.py) and shows each part in its pane, the raw output byte for byte
+with every marker of the family in the tag colour, re-parses an `auto` reading with the
+family's dialect, and exports a fixture that reproduces the family's result."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from engine import dialects
+from engine.events import result_of
+from engine.parser import OutputParser
+from tests.app.conftest import TOOLS
+from tests.widgets.conftest import fragments
+from widgets.theme import COLOURS, HELD, STATE, formats
+
+CALL = ("get_weather", {"city": "Paris", "days": 2})
+ARGS = '{"city": "Paris", "days": 2}'
+
+
+@dataclass(frozen=True)
+class Family:
+    output: str
+    start: str  # where the family's prompt leaves the parser (engine/families.py)
+    reasoning: str  # "" for a family without reasoning
+    content: str
+    markers: tuple[str, ...]  # every marker the output holds: drawn as tags in the raw view
+
+
+FAMILIES = {
+    "harmony": Family(
+        "<|channel|>analysis<|message|>Need the weather for Paris.<|end|>"
+        "<|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+        f"<|message|>{ARGS}<|call|>",
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|constrain|>", "<|call|>")),
+    "deepseek": Family(
+        "Need the weather for Paris.\n</think>\n\nChecking.<｜tool▁calls▁begin｜>"
+        f"<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{ARGS}"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "reasoning", "Need the weather for Paris.", "Checking.",
+        ("</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+         "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>")),
+    "dsml": Family(
+        "Need the weather for Paris.</think>Checking.\n\n<｜DSML｜function_calls>\n"
+        '<｜DSML｜invoke name="get_weather">\n'
+        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        "reasoning", "Need the weather for Paris.", "Checking.",
+        ("</think>", "<｜DSML｜function_calls>", '<｜DSML｜invoke name="', '">',
+         '<｜DSML｜parameter name="', '" string="', "</｜DSML｜parameter>",
+         "</｜DSML｜invoke>", "</｜DSML｜function_calls>")),
+    "glm": Family(
+        "<think>Need the weather for Paris.</think>\nChecking.\n<tool_call>get_weather\n"
+        "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+        "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<think>", "</think>", "<tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+         "</arg_value>", "</tool_call>")),
+    "kimi-k2": Family(
+        "<think>Need the weather for Paris.</think>Checking.<|tool_calls_section_begin|>"
+        f"<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{ARGS}"
+        "<|tool_call_end|><|tool_calls_section_end|>",
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+         "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>")),
+    "minimax-xml": Family(
+        "Need the weather for Paris.\n</think>\n\nChecking.\n<minimax:tool_call>\n"
+        '<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+        '<parameter name="days">2</parameter>\n</invoke>\n</minimax:tool_call>',
+        "reasoning", "Need the weather for Paris.", "Checking.",
+        ("</think>", "<minimax:tool_call>", '<invoke name="', '">', '<parameter name="',
+         "</parameter>", "</invoke>", "</minimax:tool_call>")),
+    "mistral": Family(
+        f"[THINK]Need the weather for Paris.[/THINK]Checking.[TOOL_CALLS]get_weather[ARGS]{ARGS}",
+        "content", "Need the weather for Paris.", "Checking.",
+        ("[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]")),
+    "gemma4": Family(
+        "<|channel>thought\nNeed the weather for Paris.<channel|>Checking."
+        '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>',
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<|channel>", "<channel|>", "<|tool_call>", '<|"|>', "<tool_call|>")),
+    "llama3-json": Family(
+        'Checking.\n<|python_tag|>{"name": "get_weather", "parameters": ' + ARGS + "}",
+        "content", "", "Checking.", ("<|python_tag|>",)),
+}
+
+
+def test_every_family_has_a_case():
+    assert set(FAMILIES) == set(dialects.NAMES) - {"auto", "qwen-xml", "hermes-json"}
+
+
+def play(window, tmp_path, family: str, dialect: str | None = None):
+    """Play the family's output as a text file read with `dialect` (the family's own by
+    default); returns its track, selected."""
+    fam = FAMILIES[family]
+    path = tmp_path / f"{family}.txt"
+    path.write_text(fam.output, encoding="utf-8")
+    pb = window.playback
+    pb.set_speed(0.0)
+    track = pb.open(path, play=False)[0].track
+    track.dialect = dialect or family
+    track.start_state = track.state = fam.start
+    track.tools = tuple(TOOLS)  # schema typing: GLM's and DSML's "2" is the integer 2
+    pb.play()
+    window.frame()
+    window.frame()
+    assert track.status == "done"
+    window.log.select(track)
+    return track
+
+
+def occurrences(text: str, needle: str) -> list[int]:
+    out, i = [], text.find(needle)
+    while i >= 0:
+        out.append(i)
+        i = text.find(needle, i + 1)
+    return out
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_panes_show_each_part_of_the_family_output(window, tmp_path, family):
+    fam = FAMILIES[family]
+    track = play(window, tmp_path, family)
+    result = track.result
+    assert (result.reasoning.strip(), result.content.strip()) == (fam.reasoning, fam.content)
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [CALL]
+    channels = window.channels
+    reasoning, content = channels.text("reasoning"), channels.text("content")
+    assert reasoning.strip() == fam.reasoning and content.strip() == fam.content
+    tools = channels.panes["call"].toPlainText()
+    assert f"▸ {CALL[0]}" in tools and json.dumps(CALL[1], indent=2) in tools
+    for marker in fam.markers:  # no markup leaks into the reading
+        assert marker not in reasoning + content + tools, marker
+    for name, state in (("reasoning", "reasoning"), ("content", "content")):
+        states = {f.property(STATE) for t, f in fragments(channels.panes[name]) if t.strip()}
+        assert states <= {state}, (name, states)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_raw_view_draws_the_family_markers_as_tags(window, tmp_path, family):
+    fam = FAMILIES[family]
+    track = play(window, tmp_path, family)
+    raw = window.raw
+    assert raw.text() == track.raw == fam.output  # byte for byte
+    tag = formats().state("markup")
+    for marker in fam.markers:
+        found = occurrences(fam.output, marker)
+        assert found, marker
+        for at in found:
+            for pos in range(at, at + len(marker)):
+                fmt = raw.raw.format_at(pos)
+                assert fmt.property(STATE) == "markup", (marker, pos, fmt.property(STATE))
+                assert fmt.foreground().color() == tag.foreground().color()
+                assert fmt.foreground().color().name() == COLOURS["markup"]
+                assert not fmt.property(HELD)
+    # The reading's own text keeps its state's colour: the reasoning, the answer, and the
+    # call's name and value (their last occurrences: the reasoning names Paris too).
+    for text, state in ((fam.reasoning, "reasoning"), (fam.content, "content"),
+                        (CALL[0], "call"), ("Paris", "call")):
+        if not text:
+            continue
+        at = fam.output.rindex(text) if state == "call" else fam.output.index(text)
+        for pos in range(at, at + len(text)):
+            fmt = raw.raw.format_at(pos)
+            assert fmt.property(STATE) == state, (text, pos, fmt.property(STATE))
+            assert fmt.foreground().color().name() == COLOURS[state]
+
+
+def test_the_dialect_choice_lists_every_family(window):
+    view = window.reparse
+    choices = [view.dialect.itemText(i) for i in range(view.dialect.count())]
+    assert choices == list(dialects.NAMES)
+    assert set(FAMILIES) | {"auto"} <= set(choices)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_reparse_with_the_family_dialect_reads_the_call(window, tmp_path, family):
+    fam = FAMILIES[family]
+    track = play(window, tmp_path, family, dialect="auto")
+    assert not track.result.tool_calls
+    view = window.reparse
+    assert view.track is track and view.dialect.currentText() == "auto"
+    view.dialect.setCurrentText(family)
+    lines = view.reparse()
+    assert f"+{CALL[0]}:" in lines
+    assert "calls 0 → 1" in view.summary.text()
+    assert "finish stop → tool_calls" in view.summary.text()
+    # Read as auto, the family's markup was text; the family's dialect takes it out.
+    removed = "\n".join(line for line in lines if line.startswith("-"))
+    assert any(m in removed for m in fam.markers), removed
+    added = "\n".join(line for line in lines if line.startswith("+"))
+    assert not any(m in added for m in fam.markers), added
+    assert f"+{CALL[0]}:" in view.out.toPlainText()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_export_fixture_reproduces_the_family_result(window, tmp_path, family):
+    track = play(window, tmp_path, family)
+    data = json.loads(window.reparse.export(tmp_path / "fixture.json").read_text("utf-8"))
+    assert data["raw"] == track.raw == "".join(data["chunks"]) == FAMILIES[family].output
+    settings = data["parser"]
+    assert settings["dialect"] == family and settings["start"] == FAMILIES[family].start
+    parser = OutputParser(start=settings["start"], dialect=settings["dialect"],
+                          tools=settings["tools"], stream_tools=settings["stream_tools"],
+                          id_prefix="fixture")
+    events = [ev for chunk in data["chunks"] for ev in parser.feed(chunk)]
+    events += parser.finish()
+    assert result_of(events, "stop").to_dict() == data["expected"]
+    assert [(c["name"], c["arguments"]) for c in data["expected"]["tool_calls"]] == [CALL]
+    assert data["expected"]["finish_reason"] == "tool_calls"
+    assert data["expected"]["content"].strip() == FAMILIES[family].content
