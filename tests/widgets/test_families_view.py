@@ -97,9 +97,10 @@ def test_every_family_has_a_case():
     assert set(FAMILIES) == set(dialects.NAMES) - {"auto", "qwen-xml", "hermes-json"}
 
 
-def play(window, tmp_path, family: str, dialect: str | None = None):
+def play(window, tmp_path, family: str, dialect: str | None = None, stepwise: bool = False):
     """Play the family's output as a text file read with `dialect` (the family's own by
-    default); returns its track, selected."""
+    default); returns its track, selected. Stepwise: one token per frame, so the views draw
+    the events as they come (a tag split over two frames)."""
     fam = FAMILIES[family]
     path = tmp_path / f"{family}.txt"
     path.write_text(fam.output, encoding="utf-8")
@@ -109,8 +110,14 @@ def play(window, tmp_path, family: str, dialect: str | None = None):
     track.dialect = dialect or family
     track.start_state = track.state = fam.start
     track.tools = tuple(TOOLS)  # schema typing: GLM's and DSML's "2" is the integer 2
-    pb.play()
-    window.frame()
+    if stepwise:
+        window.frame()
+        while not pb.finished:
+            pb.step()
+            window.frame()
+    else:
+        pb.play()
+        window.frame()
     window.frame()
     assert track.status == "done"
     window.log.select(track)
@@ -144,10 +151,11 @@ def test_panes_show_each_part_of_the_family_output(window, tmp_path, family):
         assert states <= {state}, (name, states)
 
 
+@pytest.mark.parametrize("stepwise", [False, True], ids=["whole", "stepwise"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_raw_view_draws_the_family_markers_as_tags(window, tmp_path, family):
+def test_raw_view_draws_the_family_markers_as_tags(window, tmp_path, family, stepwise):
     fam = FAMILIES[family]
-    track = play(window, tmp_path, family)
+    track = play(window, tmp_path, family, stepwise=stepwise)
     raw = window.raw
     assert raw.text() == track.raw == fam.output  # byte for byte
     tag = formats().state("markup")
