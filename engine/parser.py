@@ -127,6 +127,13 @@ class OutputParser:
             _SPECIAL if self._starts == "<"
             else re.compile("[" + re.escape(self._starts) + "\n`]")
         )
+        # The first two characters of every tag this family has: a start character followed
+        # by anything else is text, decided in the scan without trying each tag (None: some
+        # tag is a single character, so the test does not apply).
+        tags = [t for t in (mk.think_close, *mk.calls, *mk.markup, mk.think_open,
+                            qwen_xml.OPENER) if t]
+        self._heads = (frozenset(t[:2] for t in tags) if all(len(t) >= 2 for t in tags)
+                       else None)
         self._schemas = tool_schemas(tools)
         # `tools` is all the request offered (the server's requests), even when it is empty:
         # then a call to any tool is `unknown_tool`. False when nothing is known (prism parse).
@@ -275,7 +282,7 @@ class OutputParser:
         i = self._scan
         chan = self._chan
         md = self._md
-        starts, special = self._starts, self._special
+        starts, special, heads = self._starts, self._special, self._heads
         while i < n:
             c = buf[i]
             if self._at_start:
@@ -285,9 +292,13 @@ class OutputParser:
                 i, chan = j, self._chan
                 continue
             if c == "\n":
-                # An open span: one not closed by the backticks just read, if any.
-                self._code_above = bool(md.tick or md.tick_run) and md.tick != md.tick_run
-                md.newline()
+                if md.frun or md.tick or md.tick_run:
+                    # An open span: one not closed by the backticks just read, if any.
+                    self._code_above = bool(md.tick or md.tick_run) and md.tick != md.tick_run
+                    md.newline()  # the line may open or close a fence
+                else:  # md.newline() when the line held no fence run and no code span, inlined
+                    self._code_above = False
+                    md.lead, md.line_start = 0, True
                 if self._eat_nl:  # the newlines after a tag go with it
                     j = i
                     while j < n and buf[j] == "\n":
@@ -305,8 +316,12 @@ class OutputParser:
                 continue
             self._eat_nl = False
             if c in starts:
-                md.before_tag()
-                act = self._tag(buf, i, eof)
+                if md.tick_run or md.lead >= 0:  # what md.before_tag() acts on, checked inline
+                    md.before_tag()
+                if heads is not None and i + 1 < n and buf[i : i + 2] not in heads:
+                    act = _TEXT  # no tag begins so: what _tag would decide, without the call
+                else:
+                    act = self._tag(buf, i, eof)
                 if act is _HOLD:
                     break
                 if act is _TEXT:
@@ -321,12 +336,24 @@ class OutputParser:
                 return self._handoff  # _CALL
             self._nl_from = -1
             if c == "`":
-                md.backtick(chan == CONTENT)
+                if md.lead < 0 and not md.frun:  # md.backtick() mid-line, inlined: no fence run
+                    if chan == CONTENT:
+                        md.tick_run += 1
+                    md.line_start = False
+                else:
+                    md.backtick(chan == CONTENT)
                 i += 1
                 continue
-            if md.char(c):
-                i += 1
-                continue
+            # md.char(c), with its two common cases inlined: mid-line, and a line's plain
+            # first character (where it only ends the lead).
+            if md.lead < 0 and not md.tick_run:
+                md.line_start = False
+            elif md.tick_run or md.frun or c in " ~":
+                if md.char(c):
+                    i += 1
+                    continue
+            else:
+                md.lead, md.line_start = -1, False
             # Ordinary text: skip to the next character that can matter.
             m = special.search(buf, i + 1)
             j = m.start() if m else n

@@ -7,6 +7,10 @@ a tag: a tag inside a fence, or inside backticks in the answer, is quoted text; 
 reasoning counts only at the start of a line (docs/design.md, section "The parser", rules 3
 and 4). One per parser, run by whichever thread drives that parser.
 
+`OutputParser._scan_text` inlines the common cases of `newline`, `backtick` and `char` (one
+method call per special character showed in the parser bench, issue 8): a change to the
+rules here is a change there too (the parser's property tests exercise both).
+
 The rules it implements, CommonMark-like but deliberately small: a fence is a line whose lead
 (at most three spaces) is followed by three or more ``` or ~~~; it closes at a line of the same
 character, at least as long, with nothing but whitespace after it. An inline code span opens
