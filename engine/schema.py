@@ -4,8 +4,9 @@ value read as one of them.
 Owns the one reading of a tool's `parameters` JSON schema that the call dialects need: the set
 of JSON types a parameter accepts (through `type` strings and lists, `anyOf` / `oneOf` /
 `allOf`, local `$ref`s into `$defs` / `definitions`, `enum`, `const` and OpenAPI's `nullable`),
-the names it declares, and `convert()`, which types one raw value. Pure functions, no state;
-run by whichever thread drives the parser (docs/design.md, section 4 "The parser", rule 7).
+the names it declares, and `convert()`, which types one raw value. Pure functions; the one
+state is `ToolSchemas`' memo of what they derive, one per parser. Run by whichever thread drives
+the parser (docs/design.md, section 4 "The parser", rule 7).
 
 Equivalent schemas resolve to the same type set, so they give the same arguments: the value is
 typed by the set, never by how the schema spells it.
@@ -25,6 +26,20 @@ _MAX_DEPTH = 32  # $ref chains and nesting deeper than this are "unknown" (cycle
 _MAX_LITERAL = 100_000  # longer values are never handed to ast.literal_eval
 
 
+class ToolSchemas(dict):
+    """Tool name -> parameters schema, as `engine.dialects.common.tool_schemas` builds it once
+    per parser and never changes it, with what `param_types` and `declared_params` derive from
+    it remembered per (tool, parameter): they are asked for every value, and walking the schema
+    per value showed in the parser bench (issue 8). A plain dict works the same, only
+    uncached."""
+
+    __slots__ = ("derived",)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.derived: dict[tuple, frozenset[str] | None] = {}
+
+
 def tool_params(schemas: dict, tool: str | None) -> dict | None:
     """The tool's parameters schema with a top-level `$ref` followed, or None when unknown."""
     params = schemas.get(tool) if tool is not None else None
@@ -35,13 +50,33 @@ def tool_params(schemas: dict, tool: str | None) -> dict | None:
 
 def declared_params(schemas: dict, tool: str | None) -> frozenset[str] | None:
     """The parameter names the tool declares, or None when it has no schema (any name goes)."""
+    if isinstance(schemas, ToolSchemas):
+        return _memo(schemas, (tool,), _declared_params, tool)
+    return _declared_params(schemas, tool)
+
+
+def param_types(schemas: dict, tool: str | None, key: str) -> frozenset[str] | None:
+    """The JSON types parameter `key` of `tool` accepts, or None when the schema does not say."""
+    if isinstance(schemas, ToolSchemas):
+        return _memo(schemas, (tool, key), _param_types, tool, key)
+    return _param_types(schemas, tool, key)
+
+
+def _memo(schemas: ToolSchemas, k: tuple, derive, *args) -> frozenset[str] | None:
+    derived = schemas.derived
+    if k in derived:
+        return derived[k]
+    out = derived[k] = derive(schemas, *args)
+    return out
+
+
+def _declared_params(schemas: dict, tool: str | None) -> frozenset[str] | None:
     params = tool_params(schemas, tool)
     props = params.get("properties") if params is not None else None
     return frozenset(props) if isinstance(props, dict) else None
 
 
-def param_types(schemas: dict, tool: str | None, key: str) -> frozenset[str] | None:
-    """The JSON types parameter `key` of `tool` accepts, or None when the schema does not say."""
+def _param_types(schemas: dict, tool: str | None, key: str) -> frozenset[str] | None:
     params = tool_params(schemas, tool)
     props = params.get("properties") if params is not None else None
     sch = props.get(key) if isinstance(props, dict) else None
@@ -193,10 +228,14 @@ def _not_json(s: str):
     raise ValueError(f"{s} is not JSON")
 
 
+# One decoder for every value (json.loads with hooks builds a new one per call).
+_DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_not_json)
+
+
 def _loads(raw: str):
     """json.loads without Python's extensions: `NaN`, `Infinity` and numbers too large for a
     float are not JSON, and json.dumps would write them back as invalid JSON."""
-    return json.loads(raw, parse_float=_finite, parse_constant=_not_json)
+    return _DECODER.decode(raw)
 
 
 def python_literal(raw: str):

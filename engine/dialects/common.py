@@ -2,13 +2,16 @@
 
 Typing a value by its parameter's schema lives in engine/schema.py.
 
-Pure functions; no state. Run by whichever thread drives the parser.
+Pure functions; no state (the memo in `ToolSchemas` is the parser's). Run by whichever thread
+drives the parser.
 """
 
 from __future__ import annotations
 
 import json
 from enum import IntEnum
+
+from engine.schema import ToolSchemas
 
 
 class Match(IntEnum):
@@ -83,10 +86,11 @@ def escape_fragment(s: str) -> str:
     return json.dumps(s)[1:-1]
 
 
-def tool_schemas(tools) -> dict[str, dict]:
+def tool_schemas(tools) -> ToolSchemas:
     """Map tool name -> parameters schema from an OpenAI-style `tools` array (also accepts
-    bare function objects and Anthropic's {name, input_schema})."""
-    out: dict[str, dict] = {}
+    bare function objects and Anthropic's {name, input_schema}). A `ToolSchemas`, so what the
+    dialects derive from a schema is derived once per parser."""
+    out = ToolSchemas()
     for t in tools or ():
         if not isinstance(t, dict):
             continue
