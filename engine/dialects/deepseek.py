@@ -96,10 +96,7 @@ class CallParser(FramedBody):
                 self._first = word
                 self._st = _SEP
             elif st == _SEP:
-                m = self._lit(SEP)
-                if m != FULL:
-                    if m == NONE:
-                        self._fail("expected " + SEP)
+                if not self._expect(SEP):
                     return
                 self._st = _AFTER_SEP
             elif st == _AFTER_SEP:

@@ -89,6 +89,15 @@ class FramedBody(CallBody):
             self._eat(len(lit))
         return m
 
+    def _expect(self, lit: str) -> bool:
+        """Consume `lit`, which the format requires here: True once it is consumed; False
+        while the buffer ends inside it (wait for more), or after failing the body when the
+        text is something else."""
+        m = self._lit(lit)
+        if m == NONE:
+            self._fail("expected " + lit)
+        return m == FULL
+
     def _ws(self) -> bool:
         """Skip whitespace; True when something other than whitespace follows."""
         b = self._buf

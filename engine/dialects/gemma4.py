@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 
-from engine.dialects.common import FULL, NONE, PREFIX, Match, match_literal
+from engine.dialects.common import PREFIX, Match, match_literal
 from engine.dialects.framed import FramedBody
 from engine.tags import Markers
 
@@ -143,10 +143,7 @@ class CallParser(FramedBody):
         while not (self.done or self.error):
             st = self._st
             if st == _WORD:
-                m = self._lit(_CALL_WORD)
-                if m != FULL:
-                    if m == NONE:
-                        self._fail("expected " + _CALL_WORD)
+                if not self._expect(_CALL_WORD):
                     return
                 self._st = _NAME
             elif st == _NAME:

@@ -23,7 +23,7 @@ to=functions.NAME`) is a call like any other.
 
 from __future__ import annotations
 
-from engine.dialects.common import FULL, NONE, PREFIX, Match, match_literal
+from engine.dialects.common import PREFIX, Match, match_literal
 from engine.dialects.framed import FramedBody
 from engine.tags import Markers
 
@@ -71,10 +71,7 @@ class CallParser(FramedBody):
         while not (self.done or self.error):
             st = self._st
             if st == _PRE:
-                m = self._lit(_RECIPIENT)
-                if m != FULL:
-                    if m == NONE:
-                        self._fail("expected " + _RECIPIENT)
+                if not self._expect(_RECIPIENT):
                     return
                 self._st = _NAME
             elif st == _NAME:

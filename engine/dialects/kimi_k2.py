@@ -90,10 +90,7 @@ class CallParser(FramedBody):
             elif st == _ARG:
                 if not self._ws():
                     return
-                m = self._lit(ARG)
-                if m != FULL:
-                    if m == NONE:
-                        self._fail("expected " + ARG)
+                if not self._expect(ARG):
                     return
                 self._st = _ARGS
             elif st == _ARGS:

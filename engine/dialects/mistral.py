@@ -92,10 +92,7 @@ class CallParser(FramedBody):
                     self._eat(k)
                 self._st = _ARGS_TAG
             elif st == _ARGS_TAG:
-                m = self._lit(ARGS)
-                if m != FULL:
-                    if m == NONE:
-                        self._fail("expected " + ARGS)
+                if not self._expect(ARGS):
                     return
                 self._st = _ARGS
             elif st == _ARGS:

@@ -128,10 +128,7 @@ class TaggedCall(FramedBody):
                 if self.VALUE_OPEN:
                     if not self._ws():
                         return
-                    m = self._lit(self.VALUE_OPEN)
-                    if m != FULL:
-                        if m == NONE:
-                            self._fail("expected " + self.VALUE_OPEN)
+                    if not self._expect(self.VALUE_OPEN):
                         return
                 self._st = _VALUE
             elif st == _VALUE:
