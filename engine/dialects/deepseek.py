@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 
 from engine.dialects.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.dialects.framed import MAX_NAME, FramedBody
+from engine.dialects.framed import FramedBody, name_at
 from engine.tags import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "deepseek"
@@ -48,27 +48,15 @@ _BEGIN, _WORD, _SEP, _AFTER_SEP, _NAME, _FENCE_OPEN, _ARGS, _FENCE_CLOSE, _END, 
     range(10))
 
 
-def _word_end(text: str, i: int) -> int:
-    n = len(text)
-    j = i
-    while j < n and (text[j].isalnum() or text[j] in _NAME_CHARS):
-        j += 1
-        if j - i > MAX_NAME:
-            return -1
-    return j
-
-
 def match_opener(text: str, i: int) -> Match:
     """After the section opener: `<｜tool▁call▁begin｜>`; after a call opener: a word then the
     separator."""
     m = match_literal(text, i, CALL_BEGIN)
     if m != NONE:
         return m
-    j = _word_end(text, i)
-    if j < 0 or (j == i and j < len(text)):
-        return NONE
-    if j == len(text):
-        return PREFIX
+    m, j = name_at(text, i, _NAME_CHARS)
+    if m != FULL:
+        return m
     return match_literal(text, j, SEP)
 
 

@@ -24,6 +24,21 @@ from engine.dialects.common import FULL, NONE, PREFIX, CallBody, Match, match_li
 MAX_NAME = 256
 
 
+def name_at(text: str, i: int, chars: str) -> tuple[Match, int]:
+    """Does a name (word characters and `chars`, at most MAX_NAME) start at text[i]?
+    (FULL, its end) when something follows it; (PREFIX, len) when the text ends inside it (or
+    at i); (NONE, i) when there is none, or it is too long to be one."""
+    n = len(text)
+    j = i
+    while j < n and (text[j].isalnum() or text[j] in chars):
+        j += 1
+        if j - i > MAX_NAME:
+            return NONE, i
+    if j == n:
+        return PREFIX, n
+    return (NONE, i) if j == i else (FULL, j)
+
+
 class JsonArgs(hermes_json.CallParser):
     """One JSON object read as a call's arguments (its name came before it): done right after
     its closing brace; with `stream`, canonical `json.dumps` fragments as it is written."""
@@ -203,4 +218,4 @@ class FramedBody(CallBody):
         return m if m == FULL else NONE
 
 
-__all__ = ["FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs"]
+__all__ = ["FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs", "name_at"]

@@ -20,8 +20,8 @@ accepted at the end of output without `</tool_call>`.
 
 from __future__ import annotations
 
-from engine.dialects.common import NONE, PREFIX, Match, match_literal, skip_ws
-from engine.dialects.framed import MAX_NAME
+from engine.dialects.common import FULL, NONE, Match, match_literal, skip_ws
+from engine.dialects.framed import name_at
 from engine.dialects.tagged import TaggedCall
 from engine.tags import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN, Markers
 
@@ -35,16 +35,9 @@ PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE, KEY, "</arg_
 
 def match_opener(text: str, i: int) -> Match:
     """A name, then (after whitespace) `<arg_key>` or `</tool_call>`."""
-    n = len(text)
-    j = i
-    while j < n and (text[j].isalnum() or text[j] in CallParser.NAME_CHARS):
-        j += 1
-        if j - i > MAX_NAME:
-            return NONE
-    if j == n:
-        return PREFIX
-    if j == i:
-        return NONE
+    m, j = name_at(text, i, CallParser.NAME_CHARS)
+    if m != FULL:
+        return m
     j = skip_ws(text, j)
     if j < 0:
         return NONE

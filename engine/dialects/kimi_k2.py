@@ -20,7 +20,7 @@ call when an id and `<|tool_call_argument_begin|>` follow; the model's own id is
 from __future__ import annotations
 
 from engine.dialects.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
-from engine.dialects.framed import MAX_NAME, FramedBody
+from engine.dialects.framed import FramedBody, name_at
 from engine.tags import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "kimi-k2"
@@ -46,16 +46,9 @@ def match_opener(text: str, i: int) -> Match:
     m = match_literal(text, i, CALL)
     if m != NONE:
         return m
-    n = len(text)
-    j = i
-    while j < n and (text[j].isalnum() or text[j] in _ID_CHARS):
-        j += 1
-        if j - i > MAX_NAME:
-            return NONE
-    if j == n:
-        return PREFIX
-    if j == i:
-        return NONE
+    m, j = name_at(text, i, _ID_CHARS)
+    if m != FULL:
+        return m
     j = skip_ws(text, j)
     return NONE if j < 0 else match_literal(text, j, ARG)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from engine.dialects.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.dialects.framed import MAX_NAME, FramedBody
+from engine.dialects.framed import FramedBody, name_at
 from engine.schema import convert, param_types
 
 _BEGIN, _NAME, _FUNC_TAG, _PARAMS, _KEY, _ATTRS, _VALUE, _AFTER = range(8)
@@ -27,16 +27,9 @@ _MAX_ATTRS = 64
 
 def word_then(text: str, i: int, chars: str, after: tuple[str, ...]) -> Match:
     """Does a name (word characters and `chars`) followed by one of `after` start at i?"""
-    n = len(text)
-    j = i
-    while j < n and (text[j].isalnum() or text[j] in chars):
-        j += 1
-        if j - i > MAX_NAME:
-            return NONE
-    if j == n:
-        return PREFIX
-    if j == i:
-        return NONE
+    m, j = name_at(text, i, chars)
+    if m != FULL:
+        return m
     best = NONE
     for a in after:
         best = max(best, match_literal(text, j, a))
