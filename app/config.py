@@ -15,7 +15,7 @@ from pathlib import Path
 from app import upstream
 from app.preflight import check_template
 from engine import dialects
-from engine.context import plan_context
+from engine.context import KVLayout, plan_context, plan_kv
 from engine.families import preserved_tokens
 from engine.metrics import Metrics
 from engine.packs import PackError, resolve_pack
@@ -51,8 +51,13 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="CPU threads for llama.cpp (default: half the cores to decode, all of "
                    "them for the prompt)")
     p.add_argument("--parallel", type=_at_least_one, default=4, metavar="N",
-                   help="requests decoded at once in one batch, sharing the context's KV cache "
-                   "(default 4; 1 serves one at a time)")
+                   help="requests decoded at once in one batch (default 4; 1 serves one at a "
+                   "time)")
+    p.add_argument("--kv-layout", choices=[k.value for k in KVLayout], default="auto",
+                   help="how the parallel sequences hold their KV cache: split (one cache of "
+                   "the whole context per sequence: fastest, N times the memory), unified (one "
+                   "pool of the context shared by them: the memory of one, slower as it fills), "
+                   "auto (default: split when the N caches fit a quarter of the memory)")
     p.add_argument("--n-gpu-layers", type=int, default=0,
                    help="layers to offload to Metal/CUDA when llama-cpp-python was built for it")
     p.add_argument("--no-record", action="store_true", help="do not record requests")
@@ -81,14 +86,26 @@ def _at_least_one(text: str) -> int:
     return n
 
 
-def context_size(args: argparse.Namespace, gguf: Path) -> int:
-    """--n-ctx, else the model's trained context within the memory budget; said on stderr."""
-    if args.n_ctx:
-        print(f"prism: context {args.n_ctx} tokens (--n-ctx)", file=sys.stderr, flush=True)
-        return args.n_ctx
+def context_size(args: argparse.Namespace, gguf: Path) -> tuple[int, bool]:
+    """The context one request gets (--n-ctx, else the model's trained context within the
+    memory budget) and whether the sequences share one KV pool (engine/context.py, plan_kv);
+    both said on stderr."""
     plan = plan_context(gguf)
-    print(f"prism: {plan.describe()}", file=sys.stderr, flush=True)
-    return plan.n_ctx
+    if args.n_ctx:
+        n_ctx = args.n_ctx
+        print(f"prism: context {n_ctx} tokens (--n-ctx)", file=sys.stderr, flush=True)
+    else:
+        n_ctx = plan.n_ctx
+        print(f"prism: {plan.describe()}", file=sys.stderr, flush=True)
+    parallel = args.parallel
+    kv = plan_kv(n_ctx, parallel, plan.kv_per_token, plan.budget,
+                 KVLayout(args.kv_layout))
+    if parallel > 1:
+        what = ("one KV pool shared by the sequences" if kv.unified
+                else "one KV cache per sequence")
+        print(f"prism: {parallel} parallel sequences, {what}: {kv.reason}", file=sys.stderr,
+              flush=True)
+    return n_ctx, kv.unified
 
 
 def resolve(args: argparse.Namespace):
@@ -117,7 +134,8 @@ def build_service(args: argparse.Namespace) -> Service:
 
         if pack.gguf is None:
             raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
-        engine = LlamaEngine(pack.gguf, n_ctx=context_size(args, pack.gguf),
+        n_ctx, kv_unified = context_size(args, pack.gguf)
+        engine = LlamaEngine(pack.gguf, n_ctx=n_ctx, kv_unified=kv_unified,
                              n_gpu_layers=args.n_gpu_layers,
                              n_threads=args.threads, parallel=args.parallel,
                              preserved=preserved_tokens(pack.dialect))

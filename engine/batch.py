@@ -20,15 +20,18 @@ Steps with a generating sequence uninstall the callback: token generation pays n
 cancel never aborts a step that another job's tokens are in. Any other non-zero return is
 handled as before (`_decode_failed`).
 
-The KV cache is llama.cpp's unified one: one pool of `n_ctx` cells that the sequences share,
-so one request can still use the whole context beside the others (fixed slices of n_ctx / N
-would not let a long prompt in), and memory does not grow with N. Its cost is that the pool
-can fill. What a full pool does, in this order:
+The KV cache is either split (`kv_unified=False`: each sequence a cache of `n_ctx` cells of its
+own, N times the memory) or llama.cpp's unified pool (one pool of `n_ctx` cells that the
+sequences share, the memory of one). Both let one request use the whole context beside the
+others (fixed slices of n_ctx / N would not let a long prompt in); engine/context.py chooses
+for the app, split when N caches fit the memory budget. The pool's costs: every step attends
+over every cell in use, so idle slots' caches slow the others down, and the pool can fill.
+What a full pool does, in this order:
 - idle slots' caches (kept only for reuse) are dropped, least recently used first;
 - a new job whose prompt does not fit waits at the head of the queue (FIFO) until it does;
   prompt cells are reserved at admission, so a prefill always completes;
-- when generating sequences need more cells than are left, the one holding the most cells
-  ends with finish "length" and the reason in `Finish.error` (logged) — never a silent cut.
+- when generating sequences need more cells than are left, the one holding the most ends
+  with finish "length" and the reason in `Finish.error` (logged) — never a silent cut.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ class Batcher:
         self._model = _internals.LlamaModel(path_model=str(model_path), params=mp,
                                             verbose=True)
         cp = C.llama_context_default_params()
-        # Split caches (kv_unified False; measured, not the default): n_ctx cells per sequence.
+        # Split caches (kv_unified False): n_ctx cells for each sequence.
         cp.n_ctx = n_ctx if kv_unified else n_ctx * parallel
         cp.n_batch = cp.n_ubatch = min(n_ctx, N_BATCH)
         cp.n_seq_max = parallel

@@ -10,8 +10,10 @@ stop-string half (`StopGate`) live in engine/queued.py, shared with engine/repla
 
 Choices made on purpose (docs/design.md, sections 3 and 5):
 
-- `parallel` sequences share one context; jobs wait FIFO while every slot is busy (the server
-  answers 429 past `--max-queue` waiting ones). `parallel=1` is the old one-at-a-time engine:
+- `parallel` sequences share one context, each with a KV cache of its own (`kv_unified=False`)
+  or all in one pool of `n_ctx` cells (engine/context.py chooses for the app); jobs wait FIFO
+  while every slot is busy (the server answers 429 past `--max-queue` waiting ones).
+  `parallel=1` is the old one-at-a-time engine:
   same sampler chain, same KV reuse, same speed.
 - Tokenizing from other threads goes through engine/vocab.py: a second, vocab-only model
   behind its own lock (it never waits for a generation), linear in the text, with a cheap lower
@@ -70,7 +72,7 @@ class LlamaEngine(QueuedEngine):
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, not {parallel}")
         self.name = self.model_path.stem
-        self.n_ctx = n_ctx  # what one request may use (the pool is shared, never sliced)
+        self.n_ctx = n_ctx  # what one request may use (a pool is shared, never sliced)
         self.parallel = parallel
         self.kv_bytes = 0  # the KV cache's size, known once loaded
         # Raises here on a file that is no GGUF.
@@ -120,9 +122,14 @@ class LlamaEngine(QueuedEngine):
 
         self._batcher = Batcher(self.model_path, self._vocab, self._job_done, **self._options)
         self.kv_bytes = self._batcher.kv_bytes()
-        log.info("[prism] context: %d tokens, shared by %d sequence%s (unified KV cache, "
-                 "%.0f MiB)", self._batcher.n_cells, self.parallel,
-                 "s" if self.parallel > 1 else "", self.kv_bytes / 2**20)
+        b = self._batcher
+        if b.kv_unified:
+            log.info("[prism] context: %d tokens, shared by %d sequence%s (unified KV cache, "
+                     "%.0f MiB)", b.n_cells, self.parallel, "s" if self.parallel > 1 else "",
+                     self.kv_bytes / 2**20)
+        else:
+            log.info("[prism] context: %d tokens for each of %d sequences (split KV caches, "
+                     "%.0f MiB)", b.n_ctx_seq, self.parallel, self.kv_bytes / 2**20)
 
     def _teardown(self) -> None:
         if self._batcher is not None:

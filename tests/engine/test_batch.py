@@ -344,6 +344,32 @@ def test_a_full_pool_ends_the_longest_with_length_and_a_reason(default_model: Pa
         eng.close()
 
 
+def test_split_caches_give_each_sequence_the_whole_context(default_model: Path) -> None:
+    # kv_unified=False (what the app picks when N caches fit the memory budget): each sequence
+    # has 256 cells of its own, so where one pool of 256 ended one of these two with "length"
+    # (the test above), both run to their own limit; the memory is twice one pool's.
+    eng = LlamaEngine(default_model, n_ctx=256, parallel=2, n_threads=1, kv_unified=False)
+    pool = LlamaEngine(default_model, n_ctx=256, parallel=2, n_threads=1)
+    try:
+        assert eng.ready.wait(60) and pool.ready.wait(60)
+        assert eng.kv_bytes == 2 * pool.kv_bytes > 0
+        a = start(eng, PROMPTS[0], max_tokens=200, sampling=Sampling(temperature=0.0))
+        b = start(eng, PROMPTS[1], max_tokens=200, sampling=Sampling(temperature=0.0))
+        for c in (a, b):
+            assert c.wait(120).reason in ("length", "stop") and not c.finish.error
+        assert sum(c.finish.timings.prompt_tokens + c.finish.timings.output_tokens
+                   for c in (a, b)) > 256  # more than one pool could hold
+        # A prompt of nearly the whole context still fits beside a running one.
+        other = start(eng, PROMPTS[2], max_tokens=60, sampling=Sampling(temperature=0.0))
+        long = start(eng, chatml("word " * 200), max_tokens=8)
+        for c in (other, long):
+            assert c.wait(120).reason in ("length", "stop") and not c.finish.error
+        assert long.finish.timings.prompt_tokens > 200
+    finally:
+        eng.close()
+        pool.close()
+
+
 def test_state_and_busy_slots(engine: LlamaEngine) -> None:
     assert engine.parallel == 4 and engine.busy_slots() == 0 and engine.state == "idle"
     seen = threading.Event()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.context import STEP, kv_bytes_per_token, plan_context
+from engine.context import STEP, KVLayout, kv_bytes_per_token, plan_context, plan_kv
 from engine.packs import read_gguf_metadata
 
 # SmolLM2-135M: 30 layers, 3 KV heads of 64 dimensions, K and V in f16.
@@ -47,3 +47,22 @@ def test_a_file_without_metadata_gets_the_fallback(tmp_path: Path):
     plan = plan_context(bogus, budget=2**30)
     assert (plan.n_ctx, plan.trained, plan.kv_per_token) == (4096, None, None)
     assert "names no trained context" in plan.describe()
+
+
+def test_split_caches_when_n_of_them_fit_the_budget_else_one_pool():
+    one = 8192 * SMOL_KV  # 180 MiB
+    split = plan_kv(8192, 4, SMOL_KV, budget=4 * one)
+    assert (split.unified, split.total) == (False, 4 * one)
+    assert split.reason == "4 caches of 180 MiB fit the memory budget of 720 MiB"
+    pool = plan_kv(8192, 4, SMOL_KV, budget=4 * one - 1)
+    assert (pool.unified, pool.total) == (True, one)
+    assert "would pass the memory budget" in pool.reason
+    # One sequence is the single context it always was; an unknown size takes the pool.
+    assert plan_kv(8192, 1, SMOL_KV, budget=10**12).unified
+    assert plan_kv(8192, 4, None, budget=10**12).unified
+
+
+def test_the_layout_flag_overrides_the_budget():
+    assert not plan_kv(8192, 4, SMOL_KV, budget=1, layout=KVLayout.SPLIT).unified
+    assert plan_kv(8192, 4, SMOL_KV, budget=10**12, layout=KVLayout.UNIFIED).unified
+    assert KVLayout("auto") is KVLayout.AUTO
