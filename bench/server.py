@@ -4,6 +4,7 @@ server, on the default model. Prints its figures; not part of the test suite.
     python bench/server.py [--runs 5] [--max-tokens 128] [--n-ctx 2048] [--seed 42]
                            [--same-prompt] [--no-service] [--threads 1]
     python bench/server.py --concurrency 1,2,4,8 [--runs 5] [--max-tokens 128] [--threads 1]
+                           [--kv-layout auto|split|unified]
                            (parallel sequences: bench/concurrency.py)
 
 Variants, each in its own process so peak memory is its own:
@@ -257,6 +258,8 @@ def main() -> int:
     ap.add_argument("--concurrency", metavar="C,C,...",
                     help="instead: C concurrent clients against prism serve --parallel, with a "
                     "bare low-level decode loop as the ceiling (bench/concurrency.py)")
+    ap.add_argument("--kv-layout", choices=("auto", "split", "unified"), default="auto",
+                    help="with --concurrency: the servers' KV layout, and the bare loop's")
     ap.add_argument("--worker", choices=("raw", "service"), help=argparse.SUPPRESS)
     ap.add_argument("--record-to", default=os.devnull, help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -216,7 +216,12 @@ class Batcher:
         for a in list(self._order):
             if a.job.cancelled.is_set():
                 self._end(a, "cancelled")
-        generating = [a for a in self._order if a.pending is not None]
+        # Rows in sequence order, not admission order: with split caches llama.cpp decodes a
+        # step whose rows come as sequences 1, 2, 3, 0 about 11% slower than 0, 1, 2, 3 (a
+        # bare loop on the default model: 87 against 98 tokens/s; in the server 45 against
+        # 39 ms a step of four). The unified pool does not care.
+        generating = sorted((a for a in self._order if a.pending is not None),
+                            key=lambda a: a.slot.seq)
         generating = self._make_room(generating)
         b = self._batch
         n = 0
