@@ -178,7 +178,8 @@ class Batcher:
                                      error))
             return True
         free = [s for s in self.slots if s.active is None]
-        slot, common = pick_slot(free, prompt)
+        busy = () if self.kv_unified else tuple(a.slot.seq for a in self._order)
+        slot, common = pick_slot(free, prompt, busy)
         keep = min(common, n_prompt - 1)  # the last prompt token is decoded again: its logits
         # Its prompt's cells, less what its slot holds now (the tail past `keep` is dropped).
         if not self._drop_idle(n_prompt - len(slot.kv), keep=slot):

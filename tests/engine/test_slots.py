@@ -39,3 +39,18 @@ def test_without_a_useful_cache_the_empty_then_the_least_recently_used_slot() ->
     assert pick_slot([newer, old], [1, 2])[0] is old
     empty = Slot(2, used_at=9.0)
     assert pick_slot([newer, old, empty], [1, 2])[0] is empty
+
+
+def test_with_split_caches_the_slot_nearest_the_busy_ones() -> None:
+    # llama.cpp attends over the span of busy sequences: sequences 2 and 3 are busy, so a new
+    # job without a useful cache goes beside them, before an empty slot far away or an older
+    # cache elsewhere.
+    slots = [Slot(0, kv=[1], used_at=1.0), Slot(1, kv=[2], used_at=4.0),
+             Slot(4, kv=[3], used_at=5.0), Slot(7, used_at=0.0)]
+    assert pick_slot(slots, [9, 9], busy=(2, 3))[0].seq in (1, 4)
+    assert pick_slot(slots, [9, 9], busy=(2, 3))[0].seq == 1  # of the two, the older cache
+    assert pick_slot(slots, [9, 9], busy=(0, 7))[0].seq == 7  # inside the span: the empty one
+    # Without busy sequences (or with the unified pool): the empty slot, then the LRU one.
+    assert pick_slot(slots, [9, 9])[0].seq == 7
+    # A useful cache still wins wherever it is.
+    assert pick_slot(slots, [3, 5], busy=(0,))[0].seq == 4
