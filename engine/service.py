@@ -320,7 +320,11 @@ class Service:
             run._publish(evs)
         run.result = result_of(run.events, fin.reason)
         run.finish = fin
-        run.pipeline.finished(fin, run.result)
+        # The metrics count the finish the client gets: a request that declares no tools is
+        # answered with any call as text (app/api/runs.py), so it ends "stop", not "tool_calls".
+        # The recording keeps the parse as it was: the inspector shows the call.
+        run.pipeline.finished(fin, run.result,
+                              finish_reason=None if run.request.tools else fin.reason)
         self._notify(RunUpdate(run, "events", tuple(evs)))
         self._notify(RunUpdate(run, "finish"))
         run._close()

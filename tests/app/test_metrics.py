@@ -21,9 +21,13 @@ def samples(text: str) -> dict[tuple, float]:
     return out
 
 
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
 def test_json_and_prometheus_after_known_traffic(serve):
     live = serve(CALL_IN_THINKING, STRAY, PLAIN)
-    live.openai().chat.completions.create(model="m", messages=ASK)
+    live.openai().chat.completions.create(model="m", messages=ASK, tools=WEATHER)
     with live.anthropic().messages.stream(model="m", max_tokens=100, messages=ASK) as s:
         for _ in s:
             pass
@@ -100,9 +104,7 @@ def test_repaired_calls_are_counted_by_kind(serve):
     repaired = "Go.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n" \
                "</function>\n</tool_call>"
     live = serve(repaired)
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}}]
-    resp = live.openai().chat.completions.create(model="m", messages=ASK, tools=tools)
+    resp = live.openai().chat.completions.create(model="m", messages=ASK, tools=WEATHER)
     assert resp.choices[0].message.tool_calls[0].function.arguments == '{"city": "Rome"}'
     http = live.http()
     assert http.get("/metrics", params={"format": "json"}).json()["totals"]["anomalies"][
@@ -110,3 +112,15 @@ def test_repaired_calls_are_counted_by_kind(serve):
     m = samples(http.get("/metrics").text)
     kinds = {dict(k[1])["kind"]: v for k, v in m.items() if k[0] == "prism_anomalies_total"}
     assert kinds["repaired_call"] == 1 and kinds["unknown_tool"] == 0
+
+
+def test_the_finish_counted_is_the_one_the_client_gets(serve):
+    # No tools declared: the call goes to the client as text and the reply ends "stop", so the
+    # metrics count "stop" (they used to count "tool_calls"); the recorded parse keeps the call.
+    live = serve(CALL_IN_THINKING)
+    resp = live.openai().chat.completions.create(model="m", messages=ASK)
+    assert resp.choices[0].finish_reason == "stop" and not resp.choices[0].message.tool_calls
+    snap = live.http().get("/metrics", params={"format": "json"}).json()
+    assert snap["totals"]["finish_reasons"] == {"stop": 1}
+    assert snap["requests"][0]["finish_reason"] == "stop"
+    assert live.runs[0].result.finish_reason == "tool_calls"
