@@ -18,7 +18,7 @@ from engine import dialects
 from engine.context import KVLayout, plan_context, plan_kv
 from engine.families import preserved_tokens
 from engine.metrics import Metrics
-from engine.packs import PackError, resolve_pack
+from engine.packs import Pack, PackError, resolve_pack
 from engine.recording import Recorder
 from engine.service import Service
 
@@ -86,14 +86,15 @@ def _at_least_one(text: str) -> int:
     return n
 
 
-def context_size(args: argparse.Namespace, gguf: Path) -> tuple[int, bool]:
-    """The context one request gets (--n-ctx, else the model's trained context within the
-    memory budget) and whether the sequences share one KV pool (engine/context.py, plan_kv);
-    both said on stderr."""
-    plan = plan_context(gguf)
-    if args.n_ctx:
-        n_ctx = args.n_ctx
-        print(f"prism: context {n_ctx} tokens (--n-ctx)", file=sys.stderr, flush=True)
+def context_size(args: argparse.Namespace, pack: Pack) -> tuple[int, bool]:
+    """The context one request gets (--n-ctx, else the pack folder's pack.toml n_ctx, else the
+    model's trained context within the memory budget) and whether the sequences share one KV
+    pool (engine/context.py, plan_kv); both said on stderr."""
+    plan = plan_context(pack.gguf)
+    if args.n_ctx or pack.n_ctx:
+        n_ctx = args.n_ctx or pack.n_ctx
+        why = "--n-ctx" if args.n_ctx else f"pack {pack.name}"
+        print(f"prism: context {n_ctx} tokens ({why})", file=sys.stderr, flush=True)
     else:
         n_ctx = plan.n_ctx
         print(f"prism: {plan.describe()}", file=sys.stderr, flush=True)
@@ -134,7 +135,7 @@ def build_service(args: argparse.Namespace) -> Service:
 
         if pack.gguf is None:
             raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
-        n_ctx, kv_unified = context_size(args, pack.gguf)
+        n_ctx, kv_unified = context_size(args, pack)
         engine = LlamaEngine(pack.gguf, n_ctx=n_ctx, kv_unified=kv_unified,
                              n_gpu_layers=args.n_gpu_layers,
                              n_threads=args.threads, parallel=args.parallel,

@@ -36,9 +36,6 @@ TEMPLATES = RESOURCES / "templates"
 PACKS = RESOURCES / "packs"
 DEFAULT_PACK = "smollm2"
 DIALECTS = ("qwen-xml", "hermes-json", "auto", *families.BY_DIALECT)
-# A GGUF advertises its training context (Qwen3: 40960, some 262144); the KV cache for that
-# would not fit a desktop, so bare GGUFs get at most this much unless a pack says otherwise.
-MAX_DEFAULT_CTX = 8192
 # Fallback templates for a GGUF without one, by general.architecture.
 ARCH_TEMPLATES = {"qwen2": "qwen3_hermes", "qwen3": "qwen3_hermes", "qwen3moe": "qwen3_hermes",
                   "gemma3": "gemma3", "gemma3_text": "gemma3", "llama": "chatml",
@@ -62,7 +59,9 @@ class Pack:
     template: str
     dialect: str = "auto"
     thinking: bool = False
-    n_ctx: int = 4096
+    # The context a pack folder's pack.toml asks for (`--n-ctx` still wins); None: the model's
+    # trained context within the memory budget (engine/context.py).
+    n_ctx: int | None = None
     description: str = ""
     bos_token: str = ""
     eos_token: str = ""
@@ -87,7 +86,6 @@ class PackSpec:
     template: str
     dialect: str
     thinking: bool = False
-    n_ctx: int = 4096
     bos_token: str = ""
     eos_token: str = ""
     stop: tuple[str, ...] = ()
@@ -224,12 +222,10 @@ def pack_from_gguf(path: str | Path) -> Pack:
         stem = ARCH_TEMPLATES.get(arch, "chatml")
         template, origin = _template_file(stem), f"resources/templates/{stem}.jinja"
     bos, eos = _special_tokens(meta)
-    ctx = meta.get(f"{arch}.context_length")
     found = _detected(template, origin)
     return Pack(
         name=str(meta.get("general.name") or path.stem), gguf=path, template=template,
         dialect=found["dialect"], thinking=found["thinking"],
-        n_ctx=min(ctx, MAX_DEFAULT_CTX) if isinstance(ctx, int) and ctx > 0 else 4096,
         description=f"{arch or 'unknown'} model from {path}", bos_token=bos, eos_token=eos,
         stop=_stops(template, eos), template_origin=origin,
         dialect_origin=found["dialect_origin"],
@@ -340,7 +336,7 @@ def _spec_gguf(spec: PackSpec) -> Path | None:
 
 def _build(spec: PackSpec, gguf: Path | None) -> Pack:
     template, origin = _template_file(spec.template.removesuffix(".jinja")), spec.template
-    bos, eos, n_ctx = spec.bos_token, spec.eos_token, spec.n_ctx
+    bos, eos = spec.bos_token, spec.eos_token
     if gguf is not None:
         tokens = ("tokenizer.ggml.tokens",) if spec.template_from_gguf else ()
         try:
@@ -352,12 +348,9 @@ def _build(spec: PackSpec, gguf: Path | None) -> Pack:
             template, origin = own, f"GGUF metadata of {gguf.name}"
             own_bos, own_eos = _special_tokens(meta)
             bos, eos = own_bos or bos, own_eos or eos
-        ctx = meta.get(f"{meta.get('general.architecture')}.context_length")
-        if isinstance(ctx, int) and 0 < ctx < n_ctx:
-            n_ctx = ctx
     return Pack(
         name=spec.name, gguf=gguf, template=template, dialect=spec.dialect,
-        thinking=spec.thinking, n_ctx=n_ctx, description=spec.description, bos_token=bos,
+        thinking=spec.thinking, description=spec.description, bos_token=bos,
         eos_token=eos, stop=spec.stop, template_origin=origin,
         dialect_origin=f"pack {spec.name}",
     )
@@ -402,6 +395,9 @@ def pack_from_dir(path: str | Path) -> Pack:
                  "eos_token"}
         if unknown := set(data) - known:
             raise PackError(f"{toml}: unknown keys {', '.join(sorted(unknown))}")
+        ctx = data.get("n_ctx", 1)
+        if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
+            raise PackError(f"{toml}: n_ctx must be a whole number of tokens, not {ctx!r}")
         pack = replace(pack, **{**data, "stop": tuple(data.get("stop", pack.stop))})
         if "dialect" in data:
             pack = replace(pack, dialect_origin=str(toml))

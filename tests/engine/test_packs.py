@@ -91,7 +91,7 @@ def test_default_pack_finds_the_smollm2_gguf_and_its_template(default_model):
     assert "SmolLM, trained by Hugging Face" in pack.template
     assert pack.template_origin == "smollm2.jinja"
     assert pack.chat_template().renders_tools
-    assert (pack.bos_token, pack.eos_token, pack.n_ctx) == ("<|im_start|>", "<|im_end|>", 8192)
+    assert (pack.bos_token, pack.eos_token, pack.n_ctx) == ("<|im_start|>", "<|im_end|>", None)
     assert (pack.dialect, pack.thinking, pack.stop) == ("hermes-json", False, ("<|im_end|>",))
     prompt = pack.chat_template().render([Message("user", "Hi")])
     assert prompt.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
@@ -130,8 +130,8 @@ def test_qwen_packs_need_a_model(name, tmp_path):
     assert bare.gguf is None and bare.thinking and bare.stop == ("<|im_end|>",)
     gguf = qwen_gguf(tmp_path, **{"tokenizer.chat_template": "{{ 'its own' }}"})
     pack = resolve_pack(name, model=str(gguf))
-    # The pack's template wins over the model's; the model's context is larger, so it is kept.
-    assert (pack.gguf, pack.template, pack.n_ctx) == (gguf, bare.template, 8192)
+    # The pack's template wins over the model's; the context is left to engine/context.py.
+    assert (pack.gguf, pack.template, pack.n_ctx) == (gguf, bare.template, None)
 
 
 def test_gemma_pack_without_its_package_says_what_to_install(monkeypatch):
@@ -197,7 +197,7 @@ def test_pack_from_gguf_uses_the_architecture_when_the_gguf_has_no_template(tmp_
     pack = pack_from_gguf(qwen_gguf(tmp_path))
     assert pack.template == (packs.TEMPLATES / "qwen3_hermes.jinja").read_text()
     assert (pack.name, pack.dialect, pack.thinking) == ("Tiny Qwen", "hermes-json", True)
-    assert (pack.bos_token, pack.eos_token, pack.n_ctx) == ("<s>", "<|im_end|>", 8192)
+    assert (pack.bos_token, pack.eos_token, pack.n_ctx) == ("<s>", "<|im_end|>", None)
     assert pack.stop == ("<|im_end|>",)
 
 
@@ -222,7 +222,7 @@ def test_pack_from_gguf_guesses(tmp_path, arch, template, want):
         assert pack.template == (packs.TEMPLATES / f"{stem}.jinja").read_text()
     else:
         assert pack.template == template and pack.template_origin == "GGUF metadata of m.gguf"
-    assert (pack.dialect, pack.thinking, pack.n_ctx, pack.name) == (dialect, thinking, 2048, "m")
+    assert (pack.dialect, pack.thinking, pack.n_ctx, pack.name) == (dialect, thinking, None, "m")
 
 
 def test_not_a_gguf(tmp_path):
@@ -253,6 +253,9 @@ def test_pack_from_dir(tmp_path):
     assert pack.n_ctx == 1024
     assert pack.stop == ("<|im_end|>", "END")
     assert resolve_pack(str(folder)) == pack  # a folder given as the pack name
+    (folder / "pack.toml").write_text('n_ctx = "big"\n')
+    with pytest.raises(PackError, match="n_ctx must be a whole number"):
+        pack_from_dir(folder)
     (folder / "pack.toml").write_text('dialect = "yaml"\n')
     with pytest.raises(PackError, match="dialect must be one of"):
         pack_from_dir(folder)
