@@ -145,7 +145,7 @@ class Metrics:
             self._live[id] = req
             self._totals["requests"] += 1
             self._add_point("queue_depth", t, self._queue_depth())
-            self._add_point("busy_slots", t, self._slots()[0])
+            self._add_point("busy_slots", t, self.slots()[0])
         self._notify("on_request_started", id, api, model, prompt_tokens)
 
     def token(self, id: str, t: float | None = None) -> None:
@@ -219,7 +219,7 @@ class Metrics:
             if req.output_tokens:
                 self._add_point("ttft_ms", t, req.ttft_ms or 0.0)
             self._add_point("queue_depth", t, self._queue_depth())
-            self._add_point("busy_slots", t, self._slots()[0])
+            self._add_point("busy_slots", t, self.slots()[0])
             summary = req.to_dict()
             latency = t - req.started
         found = {k: n for k, n in summary["anomalies"].items() if n}
@@ -245,7 +245,7 @@ class Metrics:
             self._last_sample = t
             self._add_point("tokens_per_s", t, self._rate(t))
             self._add_point("queue_depth", t, self._queue_depth())
-            self._add_point("busy_slots", t, self._slots()[0])
+            self._add_point("busy_slots", t, self.slots()[0])
 
     # -- readers (any thread) --------------------------------------------------------------
 
@@ -255,7 +255,7 @@ class Metrics:
         with self._lock:
             self._trim(t)
             running = [r.id for r in self._live.values() if r.state == "generating"]
-            slots = self._slots()
+            slots = self.slots()
             if eng is not None:
                 state, model, n_ctx = eng.state, eng.name, eng.n_ctx
             else:
@@ -313,7 +313,7 @@ class Metrics:
         # Without an engine: one job runs at a time, the other started ones wait.
         return max(0, len(self._live) - 1)
 
-    def _slots(self) -> tuple[int, int]:
+    def slots(self) -> tuple[int, int]:
         """(busy, total) parallel sequences; an engine without slots runs one job at a time."""
         eng = self.engine
         try:

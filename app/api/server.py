@@ -104,7 +104,8 @@ async def props(request: Request):
                        "top_k": DEFAULT.top_k, "top_p": DEFAULT.top_p, "min_p": DEFAULT.min_p,
                        "repeat_penalty": DEFAULT.repeat_penalty},
         },
-        "total_slots": 1,
+        # llama-server's clients size their concurrency by it (--parallel here).
+        "total_slots": svc.metrics.slots()[1] if svc.metrics is not None else 1,
         "model_path": Path(pack.gguf).name if pack.gguf else "",  # never the user's dirs
         "model_alias": state.model_id,
         "chat_template": pack.template,

@@ -91,3 +91,5 @@ def test_sixteen_concurrent_sdk_clients_all_complete(live) -> None:
     body = httpx.get(server.url + "/metrics").text
     assert re.search(r'^prism_slots_total\{model="[^"]*"\} 4\.0$', body, re.M), body[:2000]
     assert re.search(r"^prism_slots_busy\{", body, re.M)
+    # llama-server's /props says how many requests run at once: --parallel.
+    assert httpx.get(server.url + "/props").json()["total_slots"] == 4
