@@ -2,8 +2,11 @@
 
 Owns `TokenPipeline`, the one place where "feed the parser, count the token and its anomalies,
 record it" is written (docs/design.md, section 3 "Threads and owners" and section 5
-"Engines, service, pipeline"). The live service, the window's playback and its re-parse all
-drive a request through one of these, so a recording played back gives the events it gave live.
+"Engines, service, pipeline"). A request that allows one call per reply (`parallel_calls`
+False) has its events go through `FirstCallOnly` (engine/events.py) here, after the parser,
+which knows no request policy, and before anything counts or keeps them. The live service,
+the window's playback and its re-parse all drive a request through one of these, so a recording
+played back gives the events it gave live.
 
 Threads: a pipeline is driven by one thread at a time, the one that delivers the tokens: the
 engine thread for a live run (engine/service.py), the GUI thread for playback and re-parse
@@ -16,7 +19,14 @@ import time
 from collections.abc import Callable
 
 from engine.base import Finish, Token
-from engine.events import ANOMALY, IMPLICIT_REASONING_END, REASONING, Event, ParseResult
+from engine.events import (
+    ANOMALY,
+    IMPLICIT_REASONING_END,
+    REASONING,
+    Event,
+    FirstCallOnly,
+    ParseResult,
+)
 from engine.metrics import Metrics
 from engine.parser import OutputParser
 from engine.recording import Recorder
@@ -30,7 +40,8 @@ class TokenPipeline:
 
     `metrics` and `recorder` are optional (a re-parse reports to neither). `clock` stamps the
     anomalies and the start and finish when the caller gives no time: time.perf_counter for a
-    live run, the playback's clock for a replay.
+    live run, the playback's clock for a replay. `one_call`: deliver the first complete call
+    only (engine/request.py, `one_call_only`).
     """
 
     def __init__(
@@ -41,6 +52,7 @@ class TokenPipeline:
         metrics: Metrics | None = None,
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        one_call: bool = False,
     ) -> None:
         self.id = id
         self.parser = parser
@@ -49,6 +61,7 @@ class TokenPipeline:
         self.clock = clock
         self.n_tokens = 0
         self._reasoning_tail = ""  # for the implicit-end log line: what preceded the call
+        self._view = FirstCallOnly() if one_call else None
 
     @property
     def state(self) -> str:
@@ -63,7 +76,7 @@ class TokenPipeline:
 
     def feed(self, tok: Token, t: float | None = None) -> list[Event]:
         """Parse one token, record it, and count it at `t` (default: its own time)."""
-        evs = self.parser.feed(tok.text)
+        evs = self._see(self.parser.feed(tok.text))
         if self.recorder is not None:
             self.recorder.token(self.id, self.n_tokens, tok)
         self.n_tokens += 1
@@ -74,7 +87,7 @@ class TokenPipeline:
 
     def finish(self) -> list[Event]:
         """End of output: the events the parser held back, their anomalies counted."""
-        evs = self.parser.finish()
+        evs = self._see(self.parser.finish())
         if self.metrics is not None:
             self._report(evs)
         return evs
@@ -89,6 +102,12 @@ class TokenPipeline:
                                           t=self.clock() if t is None else t)
         if self.recorder is not None:
             self.recorder.finish(self.id, fin, result)
+
+    def _see(self, evs: list[Event]) -> list[Event]:
+        view = self._view
+        if view is None or not evs:
+            return evs
+        return [out for ev in evs for out in view.feed(ev)]
 
     def _report(self, evs: list[Event]) -> None:
         metrics = self.metrics

@@ -67,6 +67,10 @@ class ChatRequest:
     tool_choice: "auto" (the model decides), "none" (tools left out), "required" (a call to
     any tool) or "function" (a call to `tool_name`); the last two are enforced with a grammar
     in the pack's tool-call dialect (engine/tool_grammar/).
+    parallel_calls: False when the client allows one call per reply (OpenAI's
+    `parallel_tool_calls: false`, Anthropic's `disable_parallel_tool_use: true`): the client
+    gets the first complete call only (engine/events.py, `FirstCallOnly`), and a forced call's
+    grammar allows exactly one.
     api: the client it came from, for the request log ("openai", "anthropic", "responses",
     "gui", "replay"). Not to be confused with the pack's tool-call dialect.
     """
@@ -81,6 +85,7 @@ class ChatRequest:
     grammar: str | None = None
     tool_choice: str = "auto"
     tool_name: str | None = None
+    parallel_calls: bool = True
     top_logprobs: int = 0
     api: str = "openai"
     model: str = ""
@@ -88,3 +93,13 @@ class ChatRequest:
     # The last message is an assistant turn to continue (a prefill), not to close: Open WebUI's
     # "Continue Response", Anthropic's prefill, vLLM's continue_final_message (issue 9, item 3).
     continue_final: bool = False
+
+
+def one_call_only(request: ChatRequest | dict | None) -> bool:
+    """Does this request (or its recorded dict) allow one call per reply? Only a request that
+    declares tools: without any, a call is answered as text (app/api/runs.py) and is no call."""
+    if request is None:
+        return False
+    if isinstance(request, dict):
+        return bool(request.get("tools")) and request.get("parallel_calls") is False
+    return bool(request.tools) and not request.parallel_calls

@@ -38,7 +38,7 @@ from engine.packs import Pack
 from engine.parser import OutputParser
 from engine.pipeline import TokenPipeline
 from engine.recording import Recorder
-from engine.request import ChatRequest
+from engine.request import ChatRequest, one_call_only
 from engine.template import ChatTemplate
 from engine.vocab import PromptTooLong
 
@@ -103,7 +103,8 @@ class Run:
         self.parser = OutputParser(start=start, dialect=dialect, tools=request.tools,
                                    stream_tools=request.stream_tools, tools_declared=True)
         self.pipeline = TokenPipeline(self.id, self.parser, metrics=service.metrics,
-                                      recorder=service.recorder)
+                                      recorder=service.recorder,
+                                      one_call=one_call_only(request))
         self.events: list[Event] = []
         self.tokens: list[Token] = []
         self.finish: Finish | None = None

@@ -32,6 +32,7 @@ from engine.parser import OutputParser
 from engine.pipeline import TokenPipeline
 from engine.recording import is_recording, load_recording
 from engine.replay import ReplayOutput
+from engine.request import one_call_only
 from inspector.tracks import Track, TrackStore
 
 SPEEDS = {"1×": 1.0, "10×": 10.0, "instant": 0.0}
@@ -300,7 +301,8 @@ class Playback:
             # A request is counted in the charts the first time it plays to its end only:
             # playing it again (a seek, a replay) must not count it twice.
             it.pipeline = TokenPipeline(track.id, parser, clock=self.clock,
-                                        metrics=None if it.reported else self.metrics)
+                                        metrics=None if it.reported else self.metrics,
+                                        one_call=one_call_only(track.request))
             track.submitted = self.clock()
             it.pipeline.start(track.source, track.model, track.prompt_tokens, t=track.submitted)
         pipe = it.pipeline

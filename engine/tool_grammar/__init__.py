@@ -45,7 +45,9 @@ have no angle brackets). `special_ids` builds the map from the engine's vocabula
 family's preserved tokens (the ones the engine renders as text) that the vocabulary has. A
 vocabulary without them (SmolLM2, a replay) gets the markers as text.
 
-"required" allows one call or several in a row; a named function exactly one call of it.
+"required" allows one call or several in a row (exactly one when the request allows one call
+per reply: `parallel_calls` False, as llama.cpp's server writes `call` rather than `call+` for
+`parallel_tool_calls: false`); a named function exactly one call of it.
 With `reasoning` (the prompt ends inside the family's open reasoning), the call comes after
 the reasoning: any text without the family's closer, then the closer.
 """
@@ -80,10 +82,12 @@ def _reasoning(dialect: str) -> tuple[str, str] | None:
 
 
 def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
-                reasoning: bool = False, tokens: Mapping[str, int] | None = None) -> str:
+                reasoning: bool = False, tokens: Mapping[str, int] | None = None,
+                several: bool = True) -> str:
     """GBNF for a reply that is tool calls only, in `dialect`'s format: to `name` (one call),
-    or to any of `tools` (one or more where the family allows). `tokens`: the special tokens
-    (text -> id) the markup references as tokens. Raises ValueError when no tool matches."""
+    or to any of `tools` (one or more where the family allows and `several`, else one).
+    `tokens`: the special tokens (text -> id) the markup references as tokens. Raises
+    ValueError when no tool matches."""
     fmt = FORMATS[dialect]
     w = Writer(tokens or {})
     calls = []
@@ -97,7 +101,7 @@ def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
         raise ValueError(f"no tool named {name!r}" if name else "no tools to call")
     w.rules[f"{PREFIX}-any"] = " | ".join(calls)
     body = f"{PREFIX}-any"
-    if name is None and fmt.several:
+    if name is None and fmt.several and several:
         sep = f"{w.seq(fmt.sep)} " if fmt.sep else ""
         body = f"{PREFIX}-any ({sep}{PREFIX}-any)*"
     if fmt.open or fmt.close:
@@ -140,7 +144,8 @@ def request_grammar(request, dialect: str, start: str, engine=None) -> str | Non
 
             tokens = special_ids(engine, preserved_tokens(dialect)) if engine else {}
             return forced_call(dialect, request.tools, request.tool_name,
-                               reasoning=start == "reasoning", tokens=tokens)
+                               reasoning=start == "reasoning", tokens=tokens,
+                               several=getattr(request, "parallel_calls", True))
         log.warning("[prism] tool_choice %r is not enforced: no call grammar for the %s "
                     "format, so the model is asked to call, not forced",
                     request.tool_name or request.tool_choice, dialect)

@@ -304,3 +304,45 @@ def test_required_takes_several_calls_and_a_named_tool_one(engine, dialect):
     res = read(dialect, text)
     assert [(c.name, c.arguments) for c in res.tool_calls] == [
         ("search", {"query": "news"}), ("get_weather", {"city": "London", "days": 2})]
+
+
+# Parallel calls off (OpenAI's `parallel_tool_calls: false`): "required" allows exactly one call,
+# as llama.cpp's server writes `call` rather than `call+`.
+ONE_CALL = {
+    "llama3-json": '{"name": "search", "parameters": {"query": "news"}}',
+    "kimi-k2": ('<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0'
+                '<|tool_call_argument_begin|>{"query": "news"}<|tool_call_end|>'
+                "<|tool_calls_section_end|>"),
+    "minimax-xml": ('<minimax:tool_call>\n<invoke name="search">\n<parameter name="query">news'
+                    '</parameter>\n</invoke>\n</minimax:tool_call>'),
+    "qwen-xml": ("<tool_call>\n<function=search>\n<parameter=query>\nnews\n</parameter>\n"
+                 "</function>\n</tool_call>"),
+}
+TWO_CALLS_QWEN = (ONE_CALL["qwen-xml"] + "\n<tool_call>\n<function=get_weather>\n<parameter=city>"
+                  "\nLondon\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n"
+                  "</tool_call>")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("dialect", sorted(ONE_CALL))
+def test_required_without_parallel_calls_takes_exactly_one(engine, dialect):
+    two = TWO_CALLS.get(dialect, TWO_CALLS_QWEN)
+    one = ONE_CALL[dialect]
+    single = forced_call(dialect, TOOLS, several=False)
+    assert accepts(engine, forced_call(dialect, TOOLS), two)  # the same text, parallel on
+    assert not accepts(engine, single, two)
+    assert accepts(engine, single, one)
+    assert [c.name for c in read(dialect, one).tool_calls] == ["search"]
+
+
+def test_request_grammar_reads_parallel_calls():
+    from engine.request import ChatRequest, Message
+
+    msgs = (Message("user", "hi"),)
+    on = ChatRequest(msgs, tools=TOOLS, tool_choice="required")
+    off = ChatRequest(msgs, tools=TOOLS, tool_choice="required", parallel_calls=False)
+    g_on = tool_grammar.request_grammar(on, "qwen-xml", "content")
+    g_off = tool_grammar.request_grammar(off, "qwen-xml", "content")
+    assert g_on == forced_call("qwen-xml", TOOLS)
+    assert g_off == forced_call("qwen-xml", TOOLS, several=False)
+    assert g_on != g_off
