@@ -161,6 +161,7 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
         thinking=thinking,
         tool_choice=choice.mode,
         tool_name=choice.name,
+        parallel_calls=choice.parallel_calls,
         api="anthropic",
         model=body.model,
     )

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from pydantic import StrictBool
 
 from app.api import runs
 from app.api import tool_choice as choices
@@ -100,6 +101,7 @@ class ChatBody(Lenient):
     n: int | None = None
     tools: list[ToolIn] | None = None
     tool_choice: str | dict | None = None
+    parallel_tool_calls: StrictBool | None = None  # false: one call per reply
     chat_template_kwargs: dict | None = None
     reasoning_effort: str | None = None
     enable_thinking: bool | None = None
@@ -182,6 +184,7 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
         grammar=grammar,
         tool_choice=choice.mode,
         tool_name=choice.name,
+        parallel_calls=body.parallel_tool_calls is not False,
         api="openai",
         model=body.model,
     )

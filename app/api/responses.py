@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictBool
 
 from app.api import runs
 from app.api import tool_choice as choices
@@ -106,6 +106,7 @@ class ResponsesBody(Lenient):
     stop: str | list[str] | None = None
     tools: list[ToolIn] | None = None
     tool_choice: str | dict | None = None
+    parallel_tool_calls: StrictBool | None = None  # false: one call per reply; echoed
     text: TextIn | None = None
     reasoning: ReasoningIn | None = None
     previous_response_id: str | None = None
@@ -205,6 +206,7 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
         grammar=grammar,
         tool_choice=choice.mode,
         tool_name=choice.name,
+        parallel_calls=body.parallel_tool_calls is not False,
         api="responses",
         model=body.model,
     ), schema
@@ -254,7 +256,8 @@ def response_json(run: Run, body: ResponsesBody, model: str, status: str,
         "status": status, "model": model, "output": output,
         "error": None, "incomplete_details": None,
         "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
-        "parallel_tool_calls": True, "previous_response_id": None,
+        "parallel_tool_calls": body.parallel_tool_calls is not False,
+        "previous_response_id": None,
         "reasoning": {"effort": body.reasoning.effort if body.reasoning else None,
                       "summary": None},
         "temperature": body.temperature, "top_p": body.top_p,

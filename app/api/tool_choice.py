@@ -13,10 +13,16 @@ as llama.cpp's server does. Values the API does not define are refused rather th
     OpenAI chat:  "auto" | "none" | "required" | {"type": "function", "function": {"name"}}
     Anthropic:    {"type": "auto" | "any" | "none"} | {"type": "tool", "name"}
     Responses:    "auto" | "none" | "required" | {"type": "function", "name"}
+
+Parallel calls: Anthropic spells "one call per reply" inside tool_choice
+(`disable_parallel_tool_use: true`), read here into `ToolChoice.parallel_calls`; the OpenAI
+APIs spell it beside it (`parallel_tool_calls: false`), read by their body models. Either way
+it becomes `ChatRequest.parallel_calls` (engine/request.py says what it does).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +35,7 @@ from app.api.validate import check_tool_schema
 class ToolChoice:
     mode: str = "auto"  # auto | none | required | function
     name: str | None = None  # with mode "function"
+    parallel_calls: bool = True  # Anthropic's `disable_parallel_tool_use`, negated
 
 
 AUTO = ToolChoice()
@@ -81,14 +88,21 @@ def anthropic(value: Any, names: Sequence[str], field: str = "tool_choice") -> T
     if value is None:
         return AUTO
     kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "auto":
-        return AUTO
     if kind == "none":
         return ToolChoice("none")
-    if kind == "any":
-        return _needs_tools(ToolChoice("required"), names, field)
-    if kind == "tool":
-        return _named(value.get("name"), names, f"{field}.name")
+    if kind in ("auto", "any", "tool"):
+        assert isinstance(value, dict)
+        off = value.get("disable_parallel_tool_use", False)
+        if not isinstance(off, bool):
+            raise _bad(f"'{field}.disable_parallel_tool_use' must be a boolean, not "
+                       f"{type(off).__name__}", f"{field}.disable_parallel_tool_use")
+        if kind == "auto":
+            choice = AUTO
+        elif kind == "any":
+            choice = _needs_tools(ToolChoice("required"), names, field)
+        else:
+            choice = _named(value.get("name"), names, f"{field}.name")
+        return dataclasses.replace(choice, parallel_calls=not off)
     raise _bad(f"Invalid value for '{field}': expected an object whose type is 'auto', 'any', "
                "'tool' (with 'name') or 'none'", field)
 
