@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidg
 from engine.events import (
     ANOMALY,
     CONTENT,
+    EXTRA_TOOL_CALL,
     IMPLICIT_REASONING_END,
     MARKUP,
     REASONING,
@@ -190,6 +191,10 @@ class ChannelPanes(TrackFollower, QWidget):
             return
         if kind == REPAIRED_CALL:  # likewise, with the repairs in its tooltip
             self._repairs_next = ev.text or kind
+            return
+        if kind == EXTRA_TOOL_CALL:  # not sent to the client: the call as written, struck out
+            self.panes["call"].append(ev.text.strip("\n") + "\n",
+                                      anomaly_format(kind, strike=True))
             return
         # A call that failed: mark it in the tools pane; its text follows in its channel.
         pane = self.panes["call"]

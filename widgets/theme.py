@@ -12,6 +12,7 @@ from __future__ import annotations
 from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat, QTextFormat
 
 from engine.events import (
+    EXTRA_TOOL_CALL,
     IMPLICIT_REASONING_END,
     MALFORMED_CALL,
     REPAIRED_CALL,
@@ -48,6 +49,7 @@ ANOMALY_LABELS = {
     UNFINISHED_CALL: "unfinished call",
     MALFORMED_CALL: "malformed call",
     UNKNOWN_TOOL: "unknown tool",
+    EXTRA_TOOL_CALL: "extra call",
     REPAIRED_CALL: "repaired call",
     UPSTREAM_LEAK: "upstream leak",
     SPECIAL_TOKEN_IN_CONTENT: "special token in content",
@@ -61,6 +63,9 @@ ANOMALY_TIPS = {
     MALFORMED_CALL: "Malformed tool call: the body could not be read as a call; its text was "
     "kept as it was written.",
     UNKNOWN_TOOL: "Unknown tool: the call names a tool that the request did not offer.",
+    EXTRA_TOOL_CALL: "Extra tool call: the request allowed one call per reply "
+    "(parallel_tool_calls false, disable_parallel_tool_use), so this call after the first was "
+    "not sent to the client.",
     REPAIRED_CALL: "Repaired call: the call was accepted after a repair (a missing or drifted "
     "</parameter>, a bare <function=...> without <tool_call>, a Python literal for a typed "
     "value).",
