@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.base import Engine, Timings
-from engine.events import ANOMALY_KINDS, IMPLICIT_REASONING_END, REPAIRED_CALL
+from engine.events import ANOMALY_KINDS, EXTRA_TOOL_CALL, IMPLICIT_REASONING_END, REPAIRED_CALL
 
 log = logging.getLogger("prism")
 
@@ -189,6 +189,9 @@ class Metrics:
             log.info("[prism] implicit end of thinking: %s %s", id, snippet)
         elif kind == REPAIRED_CALL:  # nothing repaired silently: say what (issue 11)
             log.info("[prism] repaired call: %s %s", id, text[:200])
+        elif kind == EXTRA_TOOL_CALL:  # nothing dropped silently either
+            log.info("[prism] extra tool call not sent (one call per reply): %s %s", id,
+                     text.strip().replace("\n", "\\n")[:200])
         self._notify("on_anomaly", id, kind)
 
     def request_finished(

@@ -9,6 +9,7 @@ against the live replay server.
 from __future__ import annotations
 
 import json
+import logging
 
 import anthropic
 import openai
@@ -72,7 +73,8 @@ def test_chat_parallel_on_delivers_both_calls(serve):
     assert extra_counted(live) == 0
 
 
-def test_chat_parallel_off_delivers_the_first_call_only(serve):
+def test_chat_parallel_off_delivers_the_first_call_only(serve, caplog):
+    caplog.set_level(logging.INFO, logger="prism")
     live = serve(TWO)
     client = live.openai()
     resp = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
@@ -88,6 +90,8 @@ def test_chat_parallel_off_delivers_the_first_call_only(serve):
     assert streamed == [(0, "get_weather", choice.message.tool_calls[0].function.arguments)]
     assert finish == "tool_calls"
     assert extra_counted(live) == 2
+    said = [r.getMessage() for r in caplog.records if "extra tool call" in r.getMessage()]
+    assert len(said) == 2 and all("<function=search>" in m for m in said)
     # the recording keeps what the model wrote, and the result the client got
     recorded = read_session(live.service.recorder.path).requests
     assert len(recorded) == 2
