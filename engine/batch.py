@@ -45,13 +45,14 @@ from pathlib import Path
 
 from engine.base import Finish, Job, Timings
 from engine.queued import StopGate
-from engine.slots import Active, Sampler, Slot, now, pick_slot, top_logprobs
+from engine.slots import Active, Sampler, Slot, common_prefix, now, pick_slot, top_logprobs
 from engine.vocab import Vocab, piece
 
 log = logging.getLogger("prism")
 
 N_BATCH = 512  # tokens per decode step (llama-cpp-python's default n_batch)
 PREFILL_CHUNK = 256  # prompt tokens per step while other sequences generate
+SHARE_MIN = 64  # tokens of prefix worth copying another slot's split cache for (_borrow)
 
 
 class Batcher:
@@ -193,6 +194,8 @@ class Batcher:
             self._finish(job, Finish("error", Timings(queue_ms=queue_ms, prompt_tokens=n_prompt),
                                      str(e)))
             return True
+        if not self.kv_unified:
+            keep = self._borrow(slot, prompt, keep)
         if len(slot.kv) > keep:
             if not C.llama_memory_seq_rm(self._mem, slot.seq, keep, -1):
                 C.llama_memory_seq_rm(self._mem, slot.seq, 0, -1)
@@ -208,6 +211,28 @@ class Batcher:
         if limit <= 0:
             self._end(a, "length")
         return True
+
+    def _borrow(self, slot: Slot, prompt: list[int], keep: int) -> int:
+        """Split caches: when another slot's cache, busy or idle, shares a prefix with the
+        prompt at least SHARE_MIN tokens longer than `slot`'s own, copy it into `slot` and
+        return the longer prefix to keep. A subagent sent with the main agent's system prompt
+        and tools (Claude Code's: 7.6k tokens) then skips their prefill while the agent's own
+        slot is busy. llama.cpp copies between split caches only whole (every cell of the
+        source's stream, at the next decode): about one memcpy of a cache, against a prefill
+        of thousands of tokens. The caller trims the copy to the prefix."""
+        import llama_cpp as C
+
+        donor, n = None, keep
+        for other in self.slots:
+            if other is not slot:
+                m = min(common_prefix(other.kv, prompt), len(prompt) - 1)
+                if m > n:
+                    donor, n = other, m
+        if donor is None or n - keep < SHARE_MIN:
+            return keep
+        C.llama_memory_seq_cp(self._mem, donor.seq, slot.seq, -1, -1)
+        slot.kv[:] = donor.kv  # what its stream holds now, cut to `n` by the caller
+        return n
 
     # -- one decode step --------------------------------------------------------------------
 

@@ -372,6 +372,42 @@ def test_split_caches_give_each_sequence_the_whole_context(default_model: Path) 
         pool.close()
 
 
+def test_split_caches_share_a_busy_slot_s_prefix(default_model: Path) -> None:
+    # A subagent with the main agent's system prompt, sent while the agent generates: its slot
+    # copies the agent's cache (engine/batch.py, _borrow) and prefills only its own question.
+    system = " ".join(f"Rule {i}: answer briefly about topic {i}." for i in range(40))
+
+    def prompt(q: str) -> str:
+        return (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n"
+                f"<|im_start|>assistant\n")
+
+    kw = dict(max_tokens=16, top_logprobs=5)
+    runs = {}
+    for shared in (True, False):
+        eng = LlamaEngine(default_model, n_ctx=2048, parallel=2, n_threads=1, kv_unified=False)
+        try:
+            assert eng.ready.wait(60)
+            agent = Collector(prompt("Tell me about topic 3."), max_tokens=120)
+            if shared:
+                eng.submit(agent.job)
+                wait_until(lambda a=agent: len(a.tokens) >= 2, 120, what="the agent generating")
+            sub = start(eng, prompt("Tell me about topic 7."), **kw)
+            sub.wait(120)
+            if shared:
+                assert agent.wait(120).reason in ("length", "stop") and not agent.finish.error
+                assert agent.finish.timings.slot != sub.finish.timings.slot
+            runs[shared] = sub
+        finally:
+            eng.close()
+    n_prompt = runs[True].finish.timings.prompt_tokens
+    # Everything up to "topic " is reused from the busy slot; alone, nothing is.
+    assert runs[True].finish.timings.cached_tokens >= n_prompt - 12
+    assert runs[False].finish.timings.cached_tokens == 0
+    # The copied cache is the same K/V: the answer is the lone one (up to a near-tie, as for
+    # any job decoded beside another).
+    assert same_or_near_tie(runs[False].tokens, runs[True].tokens) >= 1
+
+
 def test_a_step_s_rows_are_in_sequence_order(default_model: Path) -> None:
     # With split caches llama.cpp decodes rows out of sequence order ~11% slower
     # (engine/batch.py, step): the rows follow the slots, not the order the jobs came in.
