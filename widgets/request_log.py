@@ -131,8 +131,7 @@ class RequestLogModel(QAbstractTableModel):
             return t
         if role == BADGES and col == ANOMALIES_COL:
             return [(NOTE_LABELS[n], 1) for n in t.notes if n in NOTE_LABELS] + [
-                (ANOMALY_LABELS[k], t.anomalies.get(k, 0)) for k in ANOMALY_KINDS
-                if t.anomalies.get(k, 0)]
+                (ANOMALY_LABELS.get(k, k), t.anomalies[k]) for k in _kinds(t)]
         if role == Qt.ItemDataRole.ForegroundRole:
             if col == STATE_COL:
                 return QColor(_STATE_COLOURS.get("prompt" if t.in_prompt else t.status, TEXT))
@@ -144,8 +143,7 @@ class RequestLogModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             if col == ANOMALIES_COL and (t.anomaly_total or t.notes):
                 return "\n\n".join([NOTE_TIPS[n] for n in t.notes if n in NOTE_TIPS] + [
-                    f"{t.anomalies[k]} × {ANOMALY_TIPS[k]}"
-                    for k in ANOMALY_KINDS if t.anomalies.get(k)])
+                    f"{t.anomalies[k]} × {ANOMALY_TIPS.get(k, k)}" for k in _kinds(t)])
             if col == REQUEST_COL:
                 where = "live" if t.origin == "live" else f"played from {t.origin}"
                 return f"{t.id}\n{where}{_slot_line(t)}" + (
@@ -184,6 +182,14 @@ class RequestLogModel(QAbstractTableModel):
             return " ".join([NOTE_LABELS[n] for n in t.notes if n in NOTE_LABELS] + [
                 f"{ANOMALY_LABELS[k]}×{n}" for k, n in t.anomalies.items() if n])
         return ""
+
+
+def _kinds(t: Track) -> list[str]:
+    """The anomaly kinds this request has, the parser's first: the request's own (an extra
+    tool call, special tokens in content, an upstream leak) are badges too, not only counts."""
+    known = [*ANOMALY_KINDS, *(k for k in ANOMALY_LABELS if k not in ANOMALY_KINDS)]
+    return [k for k in known if t.anomalies.get(k)] + sorted(
+        k for k, n in t.anomalies.items() if n and k not in ANOMALY_LABELS)
 
 
 def _slot_line(t: Track) -> str:

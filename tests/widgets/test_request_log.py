@@ -36,6 +36,19 @@ def test_tools_ignored_is_a_badge_with_its_reason(qtbot):
     assert model.index(1, col).data(BADGES) == [] and model.index(1, col).data() == ""
 
 
+def test_a_request_s_own_anomalies_are_badges_too(qtbot):
+    # Not parser outcomes, but counted and logged all the same: a dropped extra call (parallel
+    # calls off) and special tokens in message content show in the row, with their reasons.
+    model = RequestLogModel()
+    t = Track(id="a")
+    t.anomalies.update({"extra_tool_call": 1, "special_token_in_content": 3, "unknown_tool": 1})
+    model.add(t)
+    col = ANOMALIES_COL
+    assert model.index(0, col).data(BADGES) == [
+        ("unknown tool", 1), ("extra call", 1), ("special token in content", 3)]
+    assert "not sent to the client" in model.index(0, col).data(TIP)
+
+
 def test_a_row_goes_from_waiting_to_its_slot_to_done(qtbot):
     model = RequestLogModel()
     t = Track(id="r", start_state="content")
