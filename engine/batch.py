@@ -8,17 +8,12 @@ in prefill, so a long prompt never stalls the others for more than one chunk, an
 (checked before every step) ends one job without disturbing the others (docs/design.md,
 sections 3 and 5; README, "The engine").
 
-A cancel also stops a prompt chunk mid-decode, but only where that disturbs no one: one
-512-token chunk takes 8-30 s on a slow shared CPU, too long for a client that hung up to keep
-the engine busy. A step that carries no generating sequence (prefill only) installs llama.cpp's
-abort callback, which ggml polls between graph nodes (~600 polls a 512-token chunk on the
-default model); it answers "abort" only when every job with tokens in that step is cancelled,
-so `llama_decode` returns 2 and those jobs end "cancelled" within one graph node. llama.cpp
-drops the aborted ubatch's cells itself; each slot is also cut back to what it had committed
-(`slot.kv`), so a retry reuses exactly the chunks that completed (docs/design.md, section 11).
-Steps with a generating sequence uninstall the callback: token generation pays nothing, and a
-cancel never aborts a step that another job's tokens are in. Any other non-zero return is
-handled as before (`_decode_failed`).
+A cancel also stops a prompt chunk mid-decode, but only where that disturbs no one: a step that
+carries no generating sequence arms llama.cpp's abort callback (engine/abort.py), so when every
+job with tokens in it is cancelled `llama_decode` returns 2 within one graph node and those jobs
+end "cancelled". llama.cpp drops the aborted ubatch's cells itself; each slot is also cut back
+to what it had committed (`slot.kv`), so a retry reuses exactly the chunks that completed
+(docs/design.md, section 11). Any other non-zero return is handled by `_decode_failed`.
 
 The KV cache is either split (`kv_unified=False`: each sequence a cache of `n_ctx` cells of its
 own, N times the memory) or llama.cpp's unified pool (one pool of `n_ctx` cells that the
@@ -36,13 +31,12 @@ What a full pool does, in this order:
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.abort import PrefillAbort
 from engine.base import Finish, Job, Timings
 from engine.queued import StopGate
 from engine.slots import Active, Sampler, Slot, common_prefix, now, pick_slot, top_logprobs
@@ -107,18 +101,7 @@ class Batcher:
         self._batch = C.llama_batch_init(self.n_batch, 0, 1)
         self.slots = [Slot(seq) for seq in range(parallel)]
         self._order: list[Active] = []  # active jobs, in admission order
-        # The abort callback (module docstring). The ctypes object must live as long as the
-        # context may call it, so it is kept here; `_abort_on` is what it reads, set before
-        # each prefill-only decode.
-        self._abort_on: tuple[threading.Event, ...] = ()
-        self._abort_cb = C.ggml_abort_callback(self._should_abort)
-        self._abort_installed = False
-        # llama.cpp reports an aborted decode as three failures at error level ("failed to
-        # compute graph"...): an ordinary hang-up would log them as warnings. While this
-        # Batcher's own decode is aborting, its thread's llama.cpp lines go at debug level.
-        self._llama_log = logging.getLogger("prism.llama")
-        self._llama_log.addFilter(self._quiet_abort)
-        self._thread = 0  # the thread calling llama_decode (set each step)
+        self._abort = PrefillAbort(self.ctx)  # for prefill-only steps (module docstring)
 
     # -- state ------------------------------------------------------------------------------
 
@@ -272,14 +255,11 @@ class Batcher:
         if n == 0:
             return
         b.n_tokens = n
-        prefill_only = not generating
-        self._install_abort(prefill_only)
-        self._thread = threading.get_ident()
-        self._abort_on = tuple(a.job.cancelled for a, _ in chunks) if prefill_only else ()
+        self._abort.arm(() if generating else (a.job.cancelled for a, _ in chunks))
         try:
             rc = C.llama_decode(self.ctx, b)
         finally:
-            self._abort_on = ()
+            self._abort.disarm()
         if rc == 2:  # aborted: every job in this (prefill-only) step was cancelled
             self._aborted([a for a, _ in chunks])
             return
@@ -354,30 +334,7 @@ class Batcher:
             a.slot.kv.clear()
             self._end(a, "error", f"llama_decode failed ({rc})")
 
-    # -- aborting a prefill-only step (module docstring) --------------------------------------
-
-    def _should_abort(self, _data: object) -> bool:
-        """The abort callback. ggml's compute thread 0 (the thread calling `llama_decode`)
-        calls it after every graph node while the other compute threads wait at a barrier,
-        so it only reads a tuple of Events prepared before the decode. Each call takes the
-        GIL: free when no other thread wants it (512 prompt tokens: 3.27 s CPU with it, 3.26
-        s without), but beside a thread that keeps the GIL busy each call may wait up to the
-        switch interval (5 ms): +2-4 s on a 512-token chunk, measured with a spinning thread."""
-        on = self._abort_on
-        return bool(on) and all(e.is_set() for e in on)
-
-    def _quiet_abort(self, record: logging.LogRecord) -> bool:
-        if record.thread == self._thread and self._should_abort(None):
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
-
-    def _install_abort(self, on: bool) -> None:
-        import llama_cpp as C
-
-        if on != self._abort_installed:
-            cb = self._abort_cb if on else ctypes.cast(None, C.ggml_abort_callback)  # NULL
-            C.llama_set_abort_callback(self.ctx, cb, None)
-            self._abort_installed = on
+    # -- an aborted prefill-only step (engine/abort.py) -------------------------------------
 
     def _aborted(self, batch: list[Active]) -> None:
         """`llama_decode` returned 2. Processed ubatches may remain in llama.cpp's memory:
@@ -440,9 +397,7 @@ class Batcher:
 
         for a in list(self._order):
             self._end(a, "cancelled")
-        if self._abort_installed:
-            self._install_abort(False)
-        self._llama_log.removeFilter(self._quiet_abort)
+        self._abort.close()
         if self._batch is not None:
             C.llama_batch_free(self._batch)
             self._batch = None
