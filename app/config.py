@@ -24,6 +24,7 @@ from engine.service import Service
 
 DEFAULT_PACK = "smollm2"
 REPLAY_PACK = "qwen3-xml"  # plain-text replays start in reasoning, as a Qwen3 server would
+DEFAULT_PARALLEL = 4  # requests decoded at once: Open WebUI's chat, title and follow-ups
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,7 +51,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for llama.cpp (default: half the cores to decode, all of "
                    "them for the prompt)")
-    p.add_argument("--parallel", type=_at_least_one, default=4, metavar="N",
+    p.add_argument("--parallel", type=_at_least_one, default=DEFAULT_PARALLEL, metavar="N",
                    help="requests decoded at once in one batch (default 4; 1 serves one at a "
                    "time)")
     p.add_argument("--kv-layout", choices=[k.value for k in KVLayout], default="auto",

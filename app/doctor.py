@@ -4,7 +4,8 @@
 
 Prints Prism's, Python's, llama-cpp-python's and Qt's versions, llama.cpp's system info and
 whether this build can offload to a GPU (Metal/CUDA), the default model's path and size, the
-data directory, and whether the server's port is free. Nothing is loaded beyond llama_cpp
+machine's memory with the context and KV layout the default model would get, the data
+directory, and whether the server's port is free. Nothing is loaded beyond llama_cpp
 itself (no model, no window); a part that fails says so on its line and the rest still prints.
 Runs on the main thread.
 """
@@ -18,7 +19,7 @@ import sys
 from collections.abc import Callable
 from importlib import metadata
 
-from app.config import port_number
+from app.config import DEFAULT_PARALLEL, port_number
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,12 +55,21 @@ def _qt() -> list[tuple[str, str]]:
 
 
 def _model() -> list[tuple[str, str]]:
+    """The default model, and the context and KV layout `prism serve` would give it (from its
+    metadata and this machine's memory, engine/context.py: what decides speed and memory)."""
+    from engine.context import memory_bytes, plan_context, plan_kv
     from engine.packs import DEFAULT_PACK, load_pack
 
     gguf = load_pack(DEFAULT_PACK).gguf
     if gguf is None:
         return [("default model", "none")]
-    return [("default model", f"{gguf} ({gguf.stat().st_size / 2**20:.0f} MiB)")]
+    plan = plan_context(gguf)
+    kv = plan_kv(plan.n_ctx, DEFAULT_PARALLEL, plan.kv_per_token, plan.budget)
+    layout = "one shared KV pool" if kv.unified else "a KV cache per sequence"
+    return [("default model", f"{gguf} ({gguf.stat().st_size / 2**20:.0f} MiB)"),
+            ("memory", f"{memory_bytes() / 2**30:.1f} GiB"),
+            ("default context", plan.describe()),
+            (f"--parallel {DEFAULT_PARALLEL}", f"{layout}: {kv.reason}")]
 
 
 def _data_dir() -> list[tuple[str, str]]:

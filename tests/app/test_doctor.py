@@ -36,6 +36,10 @@ def test_doctor_reports_what_a_bug_report_needs(default_model):
     assert rows["Qt"] and rows["PySide6"]
     assert rows["default model"].startswith(str(default_model))
     assert rows["default model"].endswith(f"({default_model.stat().st_size / 2**20:.0f} MiB)")
+    assert rows["memory"].endswith(" GiB")
+    assert rows["default context"].startswith("context 8192 tokens, the model's trained context")
+    assert rows["--parallel 4"].startswith(("a KV cache per sequence: 4 caches of 180 MiB",
+                                            "one shared KV pool: 4 caches of 180 MiB"))
     assert rows["recordings"].endswith("sessions")
     assert rows[f"port {port}"].startswith("in use")
 
