@@ -35,7 +35,7 @@ import statistics
 import threading
 import time
 
-from bench.server import ROOT, SAMPLING, free_port, wait_http
+from bench.common import ROOT, SAMPLING, free_port, wait_http
 
 LONG_Q = ("Write a long, detailed story about a lighthouse keeper who finds an old map hidden "
           "in the wall. Describe the sea, the weather and the town.")

@@ -9,7 +9,9 @@ server, on the default model. Prints its figures; not part of the test suite.
 
 Variants, each in its own process so peak memory is its own:
   A  raw `Llama.create_completion(stream=True)` in a worker process (no HTTP);
-  B  `prism serve --pack smollm2` streamed over HTTP with the `openai` SDK (chat completions);
+  B  `prism serve --pack smollm2 --parallel 1` streamed over HTTP with the `openai` SDK (chat
+     completions): one stream and one KV cache, like A (the default `--parallel 4` keeps a
+     cache per sequence where memory allows: its figures are bench/concurrency.py's);
   C  `python -m llama_cpp.server` on the same GGUF, with the `openai` SDK (completions, so it
      gets exactly the prompt Prism renders). It needs llama-cpp-python's server extras:
      `pip install sse-starlette "starlette-context>=0.3.6,<0.4" pydantic-settings PyYAML`
@@ -33,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,11 +42,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05,
-            "repeat_penalty": 1.0}
+from bench.common import ROOT, SAMPLING, free_port, peak_rss_mb, wait_http
+
 QUESTION = ("Write a long, detailed story about a lighthouse keeper who finds an old map "
             "hidden in the wall. Describe the sea, the weather and the town.")
 
@@ -60,36 +60,6 @@ def render(pack, round_no: int) -> str:
     msgs = tuple(Message(m["role"], m["content"]) for m in messages(round_no))
     return pack.chat_template().render(msgs, add_generation_prompt=True,
                                        enable_thinking=pack.thinking)
-
-
-def peak_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{url}: the server exited ({proc.returncode})")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url}: not up after {timeout:.0f}s")
 
 
 # --- A: the worker process ---------------------------------------------------------------------
@@ -180,7 +150,7 @@ class VariantB:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app", "serve", "--pack", "smollm2", "--port", str(port),
              "--n-ctx", str(n_ctx), "--record-to", str(record_to), "--log-level", "warning",
-             *(["--threads", str(threads)] if threads else [])],
+             "--parallel", "1", *(["--threads", str(threads)] if threads else [])],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_http(f"http://127.0.0.1:{port}/health", self.proc)
         self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
