@@ -26,7 +26,9 @@ def live(default_model):
     from engine.llama import LlamaEngine
 
     pack = resolve_pack("smollm2")
-    engine = LlamaEngine(pack.gguf, n_ctx=2048, parallel=4, n_threads=1)
+    # Split caches: the layout `prism serve` picks where four fit the memory budget (the
+    # unified pool is covered by tests/engine/test_batch.py).
+    engine = LlamaEngine(pack.gguf, n_ctx=2048, parallel=4, n_threads=1, kv_unified=False)
     service = Service(engine, pack, metrics=Metrics(engine))
     server = ServerThread(AppState(service=service, config=ServerConfig())).start()
     yield server, service
