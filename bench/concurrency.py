@@ -8,7 +8,8 @@ in the bare loop too:
   bare   B sequences in one llama.cpp context, one token each per `llama_decode`, greedy,
          in-process: decode tokens/s (the issue's ceiling), and end to end (the B prompts'
          prefill in one batch included).
-  http   C concurrent streaming `openai` SDK clients against `prism serve --parallel max(C)`,
+  http   C concurrent streaming `openai` SDK clients against `prism serve` at its default
+         `--parallel 4` (C <= 4), else at `--parallel max(C)`,
          every client the same prompt ("same") or each its own ("diff"). Two figures, each
          against bare's like figure at B = C (target: decode >= 0.9):
            decode  tokens/s over the span where all C are generating (first content token of
@@ -239,20 +240,24 @@ def main(args) -> int:
     print(f"engine alone, {max(cs)} jobs x {n} tokens: {steps} steps, {share:.1%} of the wall "
           f"time inside llama_decode, {outside:.2f} ms a step outside it", flush=True)
     servers = {p: Server(p, threads, args.n_ctx, layout) for p in sorted({1, 4, max(cs)})}
-    top = servers[max(cs)]
+
+    def serving(c: int) -> Server:  # the default --parallel 4, or one wide enough for C
+        return servers[4] if c <= 4 else servers[max(cs)]
+
     rows = []
 
     def ratio(xs, ys, k):
         return med(x[k] / y[k] for x, y in zip(xs, ys, strict=True))
 
     try:
-        clients(top, 1, True, 8, 0)  # warm-up
+        for p in {4, max(cs)}:
+            clients(servers[p], 1, True, 8, 0)  # warm-up
         for c in cs:
             bare, same, diff = [], [], []
             for r in range(1, runs + 1):
                 bare.append(bare_loop(model, c, n, threads, kv.unified))
-                same.append(clients(top, c, True, n, r))
-                diff.append(clients(top, c, False, n, r))
+                same.append(clients(serving(c), c, True, n, r))
+                diff.append(clients(serving(c), c, False, n, r))
             row = (c, med(b[0] for b in bare), med(b[1] for b in bare),
                    med(x[0] for x in diff), ratio(same, bare, 0), ratio(diff, bare, 0),
                    med(x[1] for x in diff), ratio(same, bare, 1), ratio(diff, bare, 1))

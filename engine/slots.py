@@ -10,8 +10,8 @@ it, one decode step at a time.
   longest prefix with it, as llama-server does, so a multi-turn agent keeps its cache while a
   title request runs beside it; but only when that throws away no more of the slot's cache
   than it reuses (llama-server's similarity threshold, 0.5, plays the same part), else to an
-  empty slot, else to the least recently used one; with split caches, first to the one nearest
-  the busy sequences (llama.cpp attends over the whole span of them). The slot keeps that
+  empty slot (with split caches the one nearest the busy sequences: llama.cpp attends over the
+  whole span of them), else to the least recently used one. The slot keeps that
   prefix and decodes only the rest, so `Timings.cached_tokens` is measured, not predicted.
   A fully cached prompt still decodes its last token again: sampling needs its logits.
 - The sampler chain is llama-cpp-python's own (`Llama._init_sampler`), so a seeded request
@@ -137,11 +137,12 @@ def pick_slot(free: list[Slot], prompt: list[int],
 
     The slot whose cache shares the longest prefix with the prompt, if taking it over throws
     away no more than it reuses (a shared system prompt must not evict a long conversation
-    that an empty slot could have spared). Else, with split caches, the slot that widens the
-    span of the `busy` sequences least: llama.cpp attends over every stream from the lowest
-    busy sequence to the highest, so four jobs on sequences 1, 4, 6 and 7 of eight decode
-    ~20% slower than on 0-3 or 4-7 (bench/concurrency.py). Among equals (and with the
-    unified pool, which passes no `busy`), an empty slot, else the least recently used.
+    that an empty slot could have spared). Else an empty slot: with split caches the one
+    nearest the `busy` sequences, since llama.cpp attends over every stream from the lowest
+    busy sequence to the highest (four jobs on sequences 1, 4, 6 and 7 of eight decode ~20%
+    slower than on 0-3; bench/concurrency.py). Else the least recently used slot, wherever it
+    is: a conversation's cache is worth more than a compact span (its re-prefill costs more
+    than the span's slower steps), so an agent keeps its cache beside a title request.
     """
     lru = sorted(free, key=lambda s: s.used_at)
     best, best_n = None, 0
@@ -153,9 +154,9 @@ def pick_slot(free: list[Slot], prompt: list[int],
         lo, hi = (min(busy), max(busy)) if busy else (0, 0)
 
         def widens(s: Slot) -> int:
-            return max(0, lo - s.seq, s.seq - hi) if busy else 0
+            return max(0, lo - s.seq, s.seq - hi) if busy and not s.kv else 0
 
-        best = min(lru, key=lambda s: (widens(s), bool(s.kv)))  # min() keeps the LRU order
+        best = min(lru, key=lambda s: (bool(s.kv), widens(s)))  # min() keeps the LRU order
         best_n = common_prefix(best.kv, prompt)
     return best, best_n
 

@@ -36,9 +36,11 @@ PROMPTS = [chatml(q) for q in ("Write a story about a dragon.", "Explain photosy
                                "List ten fruits.", "What is the capital of France?")]
 
 
-@pytest.fixture(scope="module")
-def engine(default_model: Path) -> Iterator[LlamaEngine]:
-    eng = LlamaEngine(default_model, n_ctx=2048, parallel=4, n_threads=1)
+@pytest.fixture(scope="module", params=[False, True], ids=["split", "pool"])
+def engine(request, default_model: Path) -> Iterator[LlamaEngine]:
+    # Both KV layouts: split caches (what the app picks where they fit) and the unified pool.
+    eng = LlamaEngine(default_model, n_ctx=2048, parallel=4, n_threads=1,
+                      kv_unified=request.param)
     assert eng.ready.wait(60) and eng.load_error is None
     yield eng
     eng.close()
@@ -80,7 +82,7 @@ def test_four_jobs_at_once_keep_their_own_limits_stops_and_seeds(engine: LlamaEn
     kws = [dict(max_tokens=5), dict(max_tokens=9), dict(max_tokens=40, stop=("\n",)),
            dict(max_tokens=12)]
     runs = []
-    for _ in range(2):
+    for _ in range(3):
         cs = [Collector(p, sampling=Sampling(temperature=1.0, seed=10 + i), **kw)
               for i, (p, kw) in enumerate(zip(PROMPTS, kws, strict=True))]
         for c in cs:
@@ -89,7 +91,10 @@ def test_four_jobs_at_once_keep_their_own_limits_stops_and_seeds(engine: LlamaEn
         for c in cs:
             c.wait(120)
         runs.append(cs)
-    first, second = runs
+    # The first run decodes the four prompts whole; the later two find them cached and
+    # decode only each one's last token, a step of another shape, whose logits may differ in
+    # the last bits (module docstring). So the seeds are compared between the later two.
+    first, second, third = runs
     assert max(busy) == 4  # all four were decoding in the same steps
     for c, kw in zip(first, kws, strict=True):
         assert c.finish.reason in ("length", "stop") and c.tokens
@@ -97,7 +102,7 @@ def test_four_jobs_at_once_keep_their_own_limits_stops_and_seeds(engine: LlamaEn
         assert len(c.tokens) == kw["max_tokens"] or c.finish.reason == "stop"
     assert "\n" not in first[2].text  # its stop string applies to it alone
     # Each sequence samples with its own seed: the same four seeded jobs again, same text.
-    assert [c.text for c in first] == [c.text for c in second]
+    assert [c.text for c in second] == [c.text for c in third]
     assert len({c.text for c in first}) == 4
 
 

@@ -41,16 +41,22 @@ def test_without_a_useful_cache_the_empty_then_the_least_recently_used_slot() ->
     assert pick_slot([newer, old, empty], [1, 2])[0] is empty
 
 
-def test_with_split_caches_the_slot_nearest_the_busy_ones() -> None:
-    # llama.cpp attends over the span of busy sequences: sequences 2 and 3 are busy, so a new
-    # job without a useful cache goes beside them, before an empty slot far away or an older
-    # cache elsewhere.
-    slots = [Slot(0, kv=[1], used_at=1.0), Slot(1, kv=[2], used_at=4.0),
-             Slot(4, kv=[3], used_at=5.0), Slot(7, used_at=0.0)]
-    assert pick_slot(slots, [9, 9], busy=(2, 3))[0].seq in (1, 4)
-    assert pick_slot(slots, [9, 9], busy=(2, 3))[0].seq == 1  # of the two, the older cache
-    assert pick_slot(slots, [9, 9], busy=(0, 7))[0].seq == 7  # inside the span: the empty one
-    # Without busy sequences (or with the unified pool): the empty slot, then the LRU one.
+def test_with_split_caches_the_empty_slot_nearest_the_busy_ones() -> None:
+    # llama.cpp attends over the span of busy sequences: 2 and 3 are busy, so a new job
+    # without a useful cache takes the empty slot beside them before an older empty one far
+    # away, and never a cached one while an empty slot is free.
+    slots = [Slot(0, kv=[1], used_at=1.0), Slot(1, used_at=4.0), Slot(7, used_at=0.0)]
+    assert pick_slot(slots, [9, 9], busy=(2, 3))[0].seq == 1
+    assert pick_slot(slots, [9, 9], busy=(5, 6))[0].seq == 7
+    # Without busy sequences (or with the unified pool): an empty slot, in LRU order.
     assert pick_slot(slots, [9, 9])[0].seq == 7
+
+
+def test_a_cache_outranks_a_compact_span() -> None:
+    # No empty slot: the least recently used cache goes, even far from the busy ones, so a
+    # conversation that just ended beside them keeps its cache for its next turn.
+    recent = Slot(1, kv=[5, 6, 7], used_at=9.0)
+    old = Slot(7, kv=[8, 9], used_at=1.0)
+    assert pick_slot([recent, old], [1, 2], busy=(2, 3))[0] is old
     # A useful cache still wins wherever it is.
-    assert pick_slot(slots, [3, 5], busy=(0,))[0].seq == 4
+    assert pick_slot([recent, old], [5, 6, 7, 1], busy=(2, 3))[0] is recent
