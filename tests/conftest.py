@@ -55,7 +55,8 @@ def default_model() -> Path:
     try:
         gguf = load_pack("smollm2").gguf
     except PackError as e:
-        pytest.skip(f"the default model is not installed ({e})")
+        # PackError's message names the package to install.
+        pytest.skip(reason="the default model is not installed: " + str(e))
     assert gguf is not None
     return gguf
 
