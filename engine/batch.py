@@ -70,6 +70,7 @@ class Batcher:
         from llama_cpp import _internals
 
         self.vocab = vocab
+        self._path = model_path
         self._finish = finish
         self.prefill_chunk = prefill_chunk
         mp = C.llama_model_default_params()
@@ -113,14 +114,11 @@ class Batcher:
         return len(self._order) < len(self.slots)
 
     def kv_bytes(self) -> int:
-        """The KV cache's size: every cell of every layer, K and V (f16)."""
-        import llama_cpp as C
+        """The KV cache's size: every cell at engine/context.py's bytes per token (K and V in
+        f16 over every layer, from the GGUF's metadata, per-layer head counts included)."""
+        from engine.context import plan_context
 
-        m = self._model.model
-        n_head = max(1, C.llama_model_n_head(m))
-        head_dim = C.llama_model_n_embd(m) // n_head
-        per_cell = 2 * C.llama_model_n_layer(m) * C.llama_model_n_head_kv(m) * head_dim * 2
-        return per_cell * self.n_cells
+        return (plan_context(self._path).kv_per_token or 0) * self.n_cells
 
     def _free_cells(self) -> int:
         if not self.kv_unified:  # each sequence has cells of its own: no pool to run out of

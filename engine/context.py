@@ -117,7 +117,6 @@ def plan_context(gguf: Path | str | None, budget: int | None = None) -> ContextP
                        budget_origin=origin)
 
 
-
 class KVLayout(Enum):
     """`--kv-layout`: how the sequences of one context hold their KV cache."""
 
