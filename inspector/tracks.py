@@ -311,10 +311,10 @@ class LiveFeed:
         self.service = service
         self.store = store
         self._queue: deque[tuple[RunUpdate, str]] = deque()
-        self._tracks: dict[str, Track] = {}  # live runs by id, until they finish
-        # Live runs by id: a run waiting for a slot gets one with no update (the engine sets
-        # `job.slot` when it takes the job), so each frame looks at the runs still waiting.
-        self._runs: dict[str, Run] = {}
+        # Live runs and their tracks by id, until they finish. A run waiting for a slot gets
+        # one with no update (the engine sets `job.slot` when it takes the job), so each frame
+        # looks at the runs still live.
+        self._live: dict[str, tuple[Run, Track]] = {}
         service.add_listener(self._on_update)
 
     def close(self) -> None:
@@ -341,11 +341,11 @@ class LiveFeed:
         while q:
             upd, state = q.popleft()
             run = upd.run
-            track = self._tracks.get(run.id)
-            if upd.kind == "start" or track is None:
-                track = self._tracks[run.id] = self._new_track(run)
-                self._runs[run.id] = run
-                self.store.add(track)
+            live = self._live.get(run.id)
+            if upd.kind == "start" or live is None:
+                live = self._live[run.id] = (run, self._new_track(run))
+                self.store.add(live[1])
+            track = live[1]
             if upd.token is not None:
                 track.add_tokens((upd.token,))
             if upd.events:
@@ -356,16 +356,14 @@ class LiveFeed:
                 track.finish(fin.reason if fin else "stop", fin.timings if fin else None,
                              fin.error if fin else None, run.result)
                 track.finish_reason = run.finish_reason if run.result else track.finish_reason
-                del self._tracks[run.id]
-                self._runs.pop(run.id, None)
+                del self._live[run.id]
             touched[track.id] = track
-        for rid, track in self._tracks.items():
-            job = self._runs[rid].job
-            slot = job.slot if job is not None else -1
+        for run, track in self._live.values():
+            slot = run.job.slot if run.job is not None else -1
             if slot != track.slot:
                 track.slot = slot  # granted a slot since the last frame
                 track.version += 1
-                touched[rid] = track
+                touched[track.id] = track
         return list(touched.values())
 
     def _new_track(self, run: Run) -> Track:
