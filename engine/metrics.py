@@ -144,8 +144,7 @@ class Metrics:
             self._requests.appendleft(req)
             self._live[id] = req
             self._totals["requests"] += 1
-            self._add_point("queue_depth", t, self._queue_depth())
-            self._add_point("busy_slots", t, self.slots()[0])
+            self._add_load(t)
         self._notify("on_request_started", id, api, model, prompt_tokens)
 
     def token(self, id: str, t: float | None = None) -> None:
@@ -221,8 +220,7 @@ class Metrics:
             tot["finish_reasons"][finish_reason] = tot["finish_reasons"].get(finish_reason, 0) + 1
             if req.output_tokens:
                 self._add_point("ttft_ms", t, req.ttft_ms or 0.0)
-            self._add_point("queue_depth", t, self._queue_depth())
-            self._add_point("busy_slots", t, self.slots()[0])
+            self._add_load(t)
             summary = req.to_dict()
             latency = t - req.started
         found = {k: n for k, n in summary["anomalies"].items() if n}
@@ -247,8 +245,7 @@ class Metrics:
             self._trim(t)
             self._last_sample = t
             self._add_point("tokens_per_s", t, self._rate(t))
-            self._add_point("queue_depth", t, self._queue_depth())
-            self._add_point("busy_slots", t, self.slots()[0])
+            self._add_load(t)
 
     # -- readers (any thread) --------------------------------------------------------------
 
@@ -326,6 +323,11 @@ class Metrics:
             return 0, 1
         busy = eng.state == "generating" if eng is not None else bool(self._live)
         return int(busy), 1
+
+    def _add_load(self, t: float) -> None:
+        """A queue-depth and a busy-slots point at `t`: how many wait, how many are served."""
+        self._add_point("queue_depth", t, self._queue_depth())
+        self._add_point("busy_slots", t, self.slots()[0])
 
     def _add_point(self, name: str, t: float, value: float) -> None:
         self._series[name].append((t - self.t0, float(value)))
