@@ -180,15 +180,18 @@ class RequestLogModel(QAbstractTableModel):
             return t.finish_reason or ""
         if col == ANOMALIES_COL:
             return " ".join([NOTE_LABELS[n] for n in t.notes if n in NOTE_LABELS] + [
-                f"{ANOMALY_LABELS[k]}×{n}" for k, n in t.anomalies.items() if n])
+                f"{ANOMALY_LABELS.get(k, k)}×{t.anomalies[k]}" for k in _kinds(t)])
         return ""
 
 
+# Badge order: the parser's kinds first, then the request's own (an extra tool call, special
+# tokens in content, an upstream leak), which are badges too, not only counts.
+_KNOWN = (*ANOMALY_KINDS, *(k for k in ANOMALY_LABELS if k not in ANOMALY_KINDS))
+
+
 def _kinds(t: Track) -> list[str]:
-    """The anomaly kinds this request has, the parser's first: the request's own (an extra
-    tool call, special tokens in content, an upstream leak) are badges too, not only counts."""
-    known = [*ANOMALY_KINDS, *(k for k in ANOMALY_LABELS if k not in ANOMALY_KINDS)]
-    return [k for k in known if t.anomalies.get(k)] + sorted(
+    """The anomaly kinds this request has, in badge order (unlabelled ones last, sorted)."""
+    return [k for k in _KNOWN if t.anomalies.get(k)] + sorted(
         k for k, n in t.anomalies.items() if n and k not in ANOMALY_LABELS)
 
 
