@@ -144,17 +144,15 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
     thinking = None
     if body.thinking is not None:
         thinking = body.thinking.type != "disabled"
-    choices.check_tools((t.input_schema, f"tools[{i}].input_schema")
-                        for i, t in enumerate(body.tools or ()))
+    tools = tuple(function_tool(t.name, t.description, t.input_schema,
+                                f"tools[{i}].input_schema")
+                  for i, t in enumerate(body.tools or ()))
     choice = choices.anthropic(body.tool_choice, [t.name for t in body.tools or ()])
-    tools = () if choice.mode == "none" else tuple(
-        function_tool(t.name, t.description, t.input_schema) for t in body.tools or ()
-    )
     messages = convert_messages(body)
     return ChatRequest(
         messages=messages,
         continue_final=continues(messages),  # a trailing assistant turn is a prefill
-        tools=tools,
+        tools=choice.offered(tools),
         sampling=sampling(body.temperature, body.top_p, body.top_k),
         max_tokens=body.max_tokens,
         stop=stop_tuple(body.stop_sequences),

@@ -3,9 +3,10 @@
 Owns `Lenient` (the pydantic base every body model uses: unknown fields ignored), `read_body`
 (bytes -> validated model, or a 400 that names the field), and the small converters each
 API needs: `text_of` (a string or a list of parts), `decode_arguments` (OpenAI's JSON-string
-arguments to the dict templates iterate), `function_tool`, `sampling`, `stop_tuple`,
-`thinking_from_effort` and `json_schema_format` (a `json_schema` output format: the schema is
-checked, and for a model that is not thinking, generation is constrained by a grammar).
+arguments to the dict templates iterate), `function_tool` (its parameters checked),
+`sampling`, `stop_tuple`, `thinking_from_effort` and `json_schema_format` (a `json_schema`
+output format: the schema is checked, and for a model that is not thinking, generation is
+constrained by a grammar).
 
 "Lenient in": any model name, `tools: []`, content as a string or parts, unknown fields and
 roles' extra fields ignored. Image, audio and file parts are refused with a 400 (no model here
@@ -22,7 +23,13 @@ from fastapi import Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.api.errors import APIError, validation_message
-from app.api.validate import NON_TEXT_PARTS, not_text, parse_json, schema_grammar
+from app.api.validate import (
+    NON_TEXT_PARTS,
+    check_tool_schema,
+    not_text,
+    parse_json,
+    schema_grammar,
+)
 from engine.request import Message, Sampling
 
 M = TypeVar("M", bound=BaseModel)
@@ -95,8 +102,12 @@ def decode_arguments(raw: Any, field: str) -> dict:
     raise APIError("invalid_request", f"'{field}' must be a JSON object", param=field)
 
 
-def function_tool(name: str, description: str | None, parameters: dict | None) -> dict:
-    """A tool in the OpenAI shape chat templates expect."""
+def function_tool(name: str, description: str | None, parameters: Any,
+                  field: str = "parameters") -> dict:
+    """A tool in the OpenAI shape chat templates expect; 400 naming `field` unless its
+    parameters are a JSON Schema for an object (None stands for "no parameters")."""
+    if parameters is not None:
+        check_tool_schema(parameters, field)
     fn: dict[str, Any] = {"name": name}
     if description:
         fn["description"] = description

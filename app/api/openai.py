@@ -151,13 +151,10 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
     kwargs = body.chat_template_kwargs or {}
     if isinstance(kwargs.get("enable_thinking"), bool):
         thinking = kwargs["enable_thinking"]
-    choices.check_tools((t.function.parameters, f"tools[{i}].function.parameters")
-                        for i, t in enumerate(body.tools or ()))
+    tools = tuple(function_tool(t.function.name, t.function.description, t.function.parameters,
+                                f"tools[{i}].function.parameters")
+                  for i, t in enumerate(body.tools or ()))
     choice = choices.openai(body.tool_choice, [t.function.name for t in body.tools or ()])
-    tools = () if choice.mode == "none" else tuple(
-        function_tool(t.function.name, t.function.description, t.function.parameters)
-        for t in body.tools or ()
-    )
     grammar = None
     fmt = body.response_format or {}
     if fmt.get("type") == "json_schema":
@@ -175,7 +172,7 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
         messages=messages,
         continue_final=continues(messages, asked),
         add_generation_prompt=body.add_generation_prompt is not False,
-        tools=tools,
+        tools=choice.offered(tools),
         sampling=sampling(body.temperature, body.top_p, body.top_k, body.min_p,
                           body.repeat_penalty, body.seed),
         max_tokens=max_tokens,

@@ -182,11 +182,9 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
         if not t.name:
             raise APIError("invalid_request", f"Missing field 'tools[{i}].name'",
                            param=f"tools[{i}].name")
-        choices.check_tools([(t.parameters, f"tools[{i}].parameters")])
-        tools.append(function_tool(t.name, t.description, t.parameters))
+        tools.append(function_tool(t.name, t.description, t.parameters,
+                                   f"tools[{i}].parameters"))
     choice = choices.responses(body.tool_choice, [t["function"]["name"] for t in tools])
-    if choice.mode == "none":
-        tools = []
     fmt = body.text.format if body.text else None
     schema, grammar = None, None
     if fmt is not None and fmt.type == "json_schema":
@@ -198,7 +196,7 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
     return ChatRequest(
         messages=messages,
         continue_final=continues(messages),  # a trailing assistant message is continued
-        tools=tuple(tools),
+        tools=choice.offered(tuple(tools)),
         sampling=sampling(body.temperature, body.top_p, body.top_k, seed=body.seed),
         max_tokens=body.max_output_tokens,
         stop=stop_tuple(body.stop),

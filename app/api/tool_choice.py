@@ -1,8 +1,9 @@
-"""`tool_choice` in each API's spelling, read into one neutral value, and the other tool checks.
+"""`tool_choice` in each API's spelling, read into one neutral value.
 
-Owns `ToolChoice`, `openai`, `anthropic`, `responses` (each: the request's value and its tool
-names -> a ToolChoice, or a 400 naming the field) and `check_tools` (every tool's parameters
-must be a JSON Schema). Runs on the asyncio loop's thread. Issue 10, item 6.
+Owns `ToolChoice` (with `offered`: the tools the prompt declares under it) and `openai`,
+`anthropic`, `responses` (each: the request's value and its tool names -> a ToolChoice, or a
+400 naming the field). Each tool's parameters are checked where the tool is built
+(app/api/convert.py, `function_tool`). Runs on the asyncio loop's thread. Issue 10, item 6.
 
 What each mode does (engine/service.py applies it): "auto" lets the model decide; "none" drops
 the tools from the prompt; "required" and "function" make the llama engine sample under a
@@ -23,12 +24,11 @@ it becomes `ChatRequest.parallel_calls` (engine/request.py says what it does).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.api.errors import APIError
-from app.api.validate import check_tool_schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,10 @@ class ToolChoice:
     mode: str = "auto"  # auto | none | required | function
     name: str | None = None  # with mode "function"
     parallel_calls: bool = True  # Anthropic's `disable_parallel_tool_use`, negated
+
+    def offered(self, tools: tuple[dict, ...]) -> tuple[dict, ...]:
+        """The request's tools as the prompt declares them: none under mode "none"."""
+        return () if self.mode == "none" else tools
 
 
 AUTO = ToolChoice()
@@ -117,11 +121,3 @@ def responses(value: Any, names: Sequence[str], field: str = "tool_choice") -> T
         return _named(value.get("name"), names, f"{field}.name")
     raise _bad(f"Invalid value for '{field}': this server has function tools only; expected "
                "'auto', 'none', 'required' or {'type': 'function', 'name': ...}", field)
-
-
-def check_tools(parameters: Iterable[tuple[Any, str]]) -> None:
-    """400 unless every (parameters, field) given is a JSON Schema for an object; None
-    stands for "no parameters" and passes."""
-    for params, field in parameters:
-        if params is not None:
-            check_tool_schema(params, field)
