@@ -9,6 +9,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything creates
 
 import pytest
 
+from engine.events import result_of
+from engine.parser import OutputParser
 from inspector.playback import Playback
 from inspector.tracks import TrackStore
 from tests.support import DEMO, Clock, recorded_failures  # noqa: F401 - widget tests import them
@@ -22,6 +24,18 @@ def fragments(pane):
             frag = it.fragment()
             yield frag.text(), frag.charFormat()
         block = block.next()
+
+
+def fixture_result(data: dict) -> dict:
+    """An exported fixture's chunks parsed afresh with its parser settings: the result dict
+    to compare with its `expected`."""
+    settings = data["parser"]
+    parser = OutputParser(start=settings["start"], dialect=settings["dialect"],
+                          tools=settings["tools"], stream_tools=settings["stream_tools"],
+                          id_prefix="fixture")
+    events = [ev for chunk in data["chunks"] for ev in parser.feed(chunk)]
+    events += parser.finish()
+    return result_of(events, "stop").to_dict()
 
 
 @pytest.fixture

@@ -13,10 +13,8 @@ from dataclasses import dataclass
 import pytest
 
 from engine import dialects
-from engine.events import result_of
-from engine.parser import OutputParser
 from tests.app.conftest import TOOLS
-from tests.widgets.conftest import fragments
+from tests.widgets.conftest import fixture_result, fragments
 from widgets.theme import COLOURS, HELD, STATE, formats
 
 CALL = ("get_weather", {"city": "Paris", "days": 2})
@@ -216,12 +214,7 @@ def test_export_fixture_reproduces_the_family_result(window, tmp_path, family):
     assert data["raw"] == track.raw == "".join(data["chunks"]) == FAMILIES[family].output
     settings = data["parser"]
     assert settings["dialect"] == family and settings["start"] == FAMILIES[family].start
-    parser = OutputParser(start=settings["start"], dialect=settings["dialect"],
-                          tools=settings["tools"], stream_tools=settings["stream_tools"],
-                          id_prefix="fixture")
-    events = [ev for chunk in data["chunks"] for ev in parser.feed(chunk)]
-    events += parser.finish()
-    assert result_of(events, "stop").to_dict() == data["expected"]
+    assert fixture_result(data) == data["expected"]
     assert [(c["name"], c["arguments"]) for c in data["expected"]["tool_calls"]] == [CALL]
     assert data["expected"]["finish_reason"] == "tool_calls"
     assert data["expected"]["content"].strip() == FAMILIES[family].content

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 
-from engine.events import result_of
-from engine.parser import OutputParser
-from tests.widgets.conftest import play_all
+from tests.widgets.conftest import fixture_result, play_all
 
 
 def test_reparse_shows_what_other_settings_change(window):
@@ -49,12 +47,7 @@ def test_export_fixture_reproduces_the_result(window, tmp_path):
     settings = data["parser"]
     assert settings == {"start": "reasoning", "dialect": "qwen-xml", "stream_tools": True,
                         "tools": list(track.tools)}
-    parser = OutputParser(start=settings["start"], dialect=settings["dialect"],
-                          tools=settings["tools"], stream_tools=settings["stream_tools"],
-                          id_prefix="fixture")
-    events = [ev for chunk in data["chunks"] for ev in parser.feed(chunk)]
-    events += parser.finish()
-    assert result_of(events, "stop").to_dict() == data["expected"]
+    assert fixture_result(data) == data["expected"]
     assert data["expected"]["anomalies"]["implicit_reasoning_end"] == 1
     assert data["expected"]["tool_calls"][0]["arguments"] == {"city": "Lisbon",
                                                               "unit": "celsius"}
