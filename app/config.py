@@ -92,21 +92,19 @@ def context_size(args: argparse.Namespace, pack: Pack) -> tuple[int, bool]:
     model's trained context within the memory budget) and whether the sequences share one KV
     pool (engine/context.py, plan_kv); both said on stderr."""
     plan = plan_context(pack.gguf)
-    if args.n_ctx or pack.n_ctx:
-        n_ctx = args.n_ctx or pack.n_ctx
+    n_ctx = args.n_ctx or pack.n_ctx
+    if n_ctx:
         why = "--n-ctx" if args.n_ctx else f"pack {pack.name}"
         print(f"prism: context {n_ctx} tokens ({why})", file=sys.stderr, flush=True)
     else:
         n_ctx = plan.n_ctx
         print(f"prism: {plan.describe()}", file=sys.stderr, flush=True)
-    parallel = args.parallel
-    kv = plan_kv(n_ctx, parallel, plan.kv_per_token, plan.budget,
-                 KVLayout(args.kv_layout))
-    if parallel > 1:
+    kv = plan_kv(n_ctx, args.parallel, plan.kv_per_token, plan.budget, KVLayout(args.kv_layout))
+    if args.parallel > 1:
         what = ("one KV pool shared by the sequences" if kv.unified
                 else "one KV cache per sequence")
-        print(f"prism: {parallel} parallel sequences, {what}: {kv.reason}", file=sys.stderr,
-              flush=True)
+        print(f"prism: {args.parallel} parallel sequences, {what}: {kv.reason}",
+              file=sys.stderr, flush=True)
     return n_ctx, kv.unified
 
 
