@@ -1,5 +1,7 @@
 """Drives the parser the ways the invariants speak of: whole, 1 character at a time, in random
-chunks, with stream_tools on and off; checks the invariants that hold for every input."""
+chunks, with stream_tools on and off; checks the invariants that hold for every input. Also the
+tools and calls that the parser's tests (test_parser.py, test_parser_tags.py,
+test_parser_calls.py) share."""
 
 from __future__ import annotations
 
@@ -81,3 +83,35 @@ def parse_all_ways(text: str, seeds=(1, 2, 3), **kw):
         results.append(result_of(whole))
     assert results[0] == results[1], "stream_tools changed the result"
     return results[0]
+
+
+# --- the inputs the parser's tests share ------------------------------------------------------
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"}, "days": {"type": "integer"},
+            "metric": {"type": "boolean"}, "opts": {"type": "object"},
+            "code": {"type": "string"}, "tags": {"type": "array"},
+        }}}},
+    {"type": "function", "function": {"name": "read_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}}}},
+]
+
+XML_CALL = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "</function>\n</tool_call>"
+)
+HERMES_CALL = (
+    '<tool_call>\n{"name": "read_file", "arguments": {"path": "/etc/hosts"}}\n</tool_call>'
+)
+BARE_CALL = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>"
+
+
+def xml_call(params: str, name: str = "get_weather") -> str:
+    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
+
+def anomalies(res) -> dict:
+    return {k: v for k, v in res.anomalies.items() if v}

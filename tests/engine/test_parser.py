@@ -1,4 +1,6 @@
 """engine/parser.py: one table case per rule, the mention-only controls, the recorded failures.
+What a tag turns out to be is in test_parser_tags.py; what an open call emits, or gives back as
+text, in test_parser_calls.py.
 
 Every case is parsed whole, 1 character at a time and in random chunks, with stream_tools off
 and on (parse_all_ways), so each row also checks the chunking invariants.
@@ -11,37 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from engine.events import ANOMALY, CONTENT, MARKUP, REASONING, TOOL_ARGS, TOOL_START
+from engine.events import MARKUP, TOOL_ARGS
 from engine.parser import OutputParser
-from tests.engine.parser_harness import parse_all_ways, run
+from tests.engine.parser_harness import (
+    BARE_CALL,
+    HERMES_CALL,
+    TOOLS,
+    XML_CALL,
+    anomalies,
+    parse_all_ways,
+    run,
+    xml_call,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-
-TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string"}, "days": {"type": "integer"},
-            "metric": {"type": "boolean"}, "opts": {"type": "object"},
-            "code": {"type": "string"}, "tags": {"type": "array"},
-        }}}},
-    {"type": "function", "function": {"name": "read_file", "parameters": {
-        "type": "object", "properties": {"path": {"type": "string"}}}}},
-]
-
-XML_CALL = (
-    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-    "</function>\n</tool_call>"
-)
-HERMES_CALL = (
-    '<tool_call>\n{"name": "read_file", "arguments": {"path": "/etc/hosts"}}\n</tool_call>'
-)
 REAL_TAIL = "\n</think>\n\n" + XML_CALL
-
-
-def anomalies(res) -> dict:
-    return {k: v for k, v in res.anomalies.items() if v}
-
 
 # --- rule 1, 2: start state, <think>, </think>, newlines belong to tags ---------------------
 
@@ -120,32 +106,9 @@ def test_implicit_end_with_whitespace_before_opener_and_hermes_opener():
     assert res.reasoning == "go" and res.tool_calls[0].name == "read_file"
 
 
-def test_think_close_wins_when_first():
-    res = parse_all_ways("plan\n</think>\n\n" + XML_CALL, tools=TOOLS)
-    assert res.reasoning == "plan" and res.content == "" and len(res.tool_calls) == 1
-    assert anomalies(res) == {}
-
-
-def test_implicit_call_unfinished_is_reasoning_verbatim():
-    text = "thinking\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar"
-    res = parse_all_ways(text, tools=TOOLS)
-    assert res.reasoning == text and res.tool_calls == ()
-    assert anomalies(res) == {"unfinished_call": 1}
-
-
 def test_implicit_end_counted_once_per_response():
     res = parse_all_ways("r\n" + XML_CALL + "\n" + XML_CALL, tools=TOOLS)
     assert len(res.tool_calls) == 2 and res.anomalies["implicit_reasoning_end"] == 1
-
-
-def test_implicit_call_after_mention_then_think_close_inside_would_be_call():
-    # A would-be call in the thinking that never completes but contains </think>: the
-    # thinking still ends there, the answer after it is not swallowed.
-    text = "x\n<tool_call>\n<function=f>\n<parameter=a>\nv\n</think>\nThe answer."
-    res = parse_all_ways(text)
-    assert res.content == "The answer."
-    assert res.reasoning == "x\n<tool_call>\n<function=f>\n<parameter=a>\nv"
-    assert anomalies(res) == {"unfinished_call": 1}
 
 
 # --- the ten mention-only controls (docs/design.md, section 4, rule 3) ------------------------
@@ -212,89 +175,22 @@ def test_recorded_failure_gives_exactly_one_call(i):
         assert isinstance(call.arguments["calls"], list)
 
 
-# --- rule 4, 5: content -----------------------------------------------------------------------
-
-
-def test_content_call_after_text_and_several_calls_with_text_after():
-    text = "Sure.\n" + XML_CALL + "\n" + HERMES_CALL + "\nDone."
-    res = parse_all_ways(text, start="content", tools=TOOLS)
-    assert [c.name for c in res.tool_calls] == ["get_weather", "read_file"]
-    assert [c.index for c in res.tool_calls] == [0, 1]
-    assert [c.id for c in res.tool_calls] == ["call_0", "call_1"]
-    assert res.content == "Sure.Done."
-
-
-def test_content_call_mid_line_is_real():
-    res = parse_all_ways("Checking now. " + XML_CALL, start="content", tools=TOOLS)
-    assert len(res.tool_calls) == 1 and res.content == "Checking now. "
-
-
-@pytest.mark.parametrize("quote", ["inline", "fence", "tilde"])
-def test_content_quoted_call_stays_text(quote):
-    wrap = {
-        "inline": "Write `" + XML_CALL + "` like that.",
-        "fence": "Like:\n```\n" + XML_CALL + "\n```\n",
-        "tilde": "Like:\n~~~~\n" + XML_CALL + "\n~~~~\n",
-    }[quote]
-    res = parse_all_ways(wrap, start="content", tools=TOOLS)
-    assert res.tool_calls == () and res.content == wrap
-
-
-def test_content_fence_closes_then_real_call():
-    text = "```python\nx = '<tool_call>'\n```\n" + XML_CALL
-    res = parse_all_ways(text, start="content", tools=TOOLS)
-    assert len(res.tool_calls) == 1 and res.content == "```python\nx = '<tool_call>'\n```"
-
-
-def test_stray_think_close_dropped_and_answer_streams():
-    text = "reason\n</think>\n\nFirst part.\n\n</think>\n\nSecond part."
-    res = parse_all_ways(text)
-    assert res.reasoning == "reason"
-    assert res.content == "First part.\n\nSecond part."
-    assert anomalies(res) == {"stray_think_end": 1}
-
-
-def test_stray_think_close_does_not_hold_the_answer():
-    p = OutputParser(start="content", id_prefix="")
-    p.feed("draft</think>")
-    streamed = []
-    for ch in "The answer streams live.":
-        streamed += [e.text for e in p.feed(ch) if e.kind == CONTENT]
-    assert "".join(streamed) == "The answer streams live."  # before finish()
-
-
-def test_quoted_think_close_in_content_is_kept():
-    res = parse_all_ways("Models write `</think>` to end.", start="content")
-    assert res.content == "Models write `</think>` to end." and not anomalies(res)
-
-
-def test_content_unfinished_call_returned_as_content():
-    text = "ok " + XML_CALL[:40]
-    res = parse_all_ways(text, start="content", tools=TOOLS)
-    assert res.content == text and res.tool_calls == ()
-    assert anomalies(res) == {"unfinished_call": 1}
-
-
 # --- rule 7: Qwen XML bodies ------------------------------------------------------------------
-
-
-def _xml(params: str, name: str = "get_weather") -> str:
-    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
 
 
 def test_value_may_contain_end_parameter():
     body = "<parameter=code>\nif a </parameter> b:\n    pass\n</parameter>\n"
-    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call(body), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {"code": "if a </parameter> b:\n    pass"}
 
 
 def test_missing_end_parameter_recovered():
-    res = parse_all_ways(_xml("<parameter=city>\nRome\n"), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call("<parameter=city>\nRome\n"), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {"city": "Rome"}
 
 
 def test_one_leading_and_one_trailing_newline_stripped():
-    res = parse_all_ways(_xml("<parameter=city>\n\nRome\n\n</parameter>\n"), start="content",
+    res = parse_all_ways(xml_call("<parameter=city>\n\nRome\n\n</parameter>\n"), start="content",
                          tools=TOOLS)
     assert res.tool_calls[0].arguments == {"city": "\nRome\n"}
 
@@ -305,34 +201,21 @@ def test_schema_typing():
         "<parameter=metric>\ntrue\n</parameter>\n<parameter=opts>\n{\"a\": [1, 2]}\n</parameter>\n"
         "<parameter=tags>\nnot json\n</parameter>\n"
     )
-    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call(body), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {
         "city": "123", "days": 3, "metric": True, "opts": {"a": [1, 2]}, "tags": "not json"}
 
 
 def test_no_schema_values_json_with_raw_fallback():
     body = "<parameter=n>\n42\n</parameter>\n<parameter=s>\nhello\n</parameter>\n"
-    res = parse_all_ways(_xml(body, name="other"), start="content")
+    res = parse_all_ways(xml_call(body, name="other"), start="content")
     assert res.tool_calls[0].arguments == {"n": 42, "s": "hello"}
-
-
-def test_unknown_tool_is_called_and_flagged():
-    res = parse_all_ways(_xml("", name="launch_rockets"), start="content", tools=TOOLS)
-    assert res.tool_calls[0].name == "launch_rockets" and res.tool_calls[0].arguments == {}
-    assert anomalies(res) == {"unknown_tool": 1}
 
 
 def test_repeated_parameter_keeps_first():
     body = "<parameter=city>\nA\n</parameter>\n<parameter=city>\nB\n</parameter>\n"
-    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call(body), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {"city": "A"}
-
-
-def test_malformed_xml_body_returned_as_text():
-    text = "<tool_call>\n<function=get_weather>\nsome prose instead\n</tool_call> after"
-    res = parse_all_ways(text, start="content", tools=TOOLS)
-    assert res.tool_calls == () and res.content == text
-    assert anomalies(res) == {"malformed_call": 1}
 
 
 # --- issue 11: what real models write, and what the other servers' parsers accept ------------
@@ -364,7 +247,7 @@ def test_union_declared_string_keeps_raw_text_and_equivalent_schemas_agree(note_
     for raw, want in (("42", "42"), ("true", "true"), ("null", None), ("[1]", "[1]")):
         body = (f"<parameter=note>\n{raw}\n</parameter>\n<parameter=count>\n7\n</parameter>\n"
                 "<parameter=limit>\nnull\n</parameter>\n")
-        res = parse_all_ways(_xml(body, name="save"), start="content", tools=tools)
+        res = parse_all_ways(xml_call(body, name="save"), start="content", tools=tools)
         assert res.tool_calls[0].arguments == {"note": want, "count": 7, "limit": None}
         assert not anomalies(res)
 
@@ -397,7 +280,7 @@ def test_vllm_anyof_vector():
 
 def test_optional_string_streams_before_it_is_complete():
     value = "a long note that streams as it is written"
-    text = _xml(f"<parameter=note>\n{value}\n</parameter>\n", name="save")
+    text = xml_call(f"<parameter=note>\n{value}\n</parameter>\n", name="save")
     p = OutputParser(start="content", tools=_typed_tool(_OPT_STR[0]), stream_tools=True,
                      id_prefix="")
     cut = text.index(value) + 10
@@ -409,7 +292,7 @@ def test_optional_string_streams_before_it_is_complete():
 
 def test_missing_end_parameter_before_a_declared_parameter_is_repaired():
     body = "<parameter=city>\nDallas\n<parameter=days>\n3\n</parameter>\n"
-    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call(body), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {"city": "Dallas", "days": 3}
     assert anomalies(res) == {"repaired_call": 1}
 
@@ -417,12 +300,12 @@ def test_missing_end_parameter_before_a_declared_parameter_is_repaired():
 def test_tag_like_text_in_a_value_stays_unless_a_declared_parameter_follows():
     body = ("<parameter=city>\nDallas <parameter=zip> 75201\n</parameter>\n"
             "<parameter=days>\n3\n</parameter>\n")
-    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call(body), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {"city": "Dallas <parameter=zip> 75201", "days": 3}
     assert not anomalies(res)
     # A tool with no schema: any parameter name ends the value before it.
     body = "<parameter=a>\nx\n<parameter=zip>\n75201\n</parameter>\n"
-    res = parse_all_ways(_xml(body, name="other"), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call(body, name="other"), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {"a": "x", "zip": 75201}
     assert anomalies(res) == {"unknown_tool": 1, "repaired_call": 1}
 
@@ -430,7 +313,7 @@ def test_tag_like_text_in_a_value_stays_unless_a_declared_parameter_follows():
 @pytest.mark.parametrize("closer", ["</parameter1>", "</parameter_function>", "</parameter"])
 def test_drifted_end_parameter_is_repaired(closer):
     body = f"<parameter=city>\nShanghai\n{closer}\n<parameter=days>\n3\n</parameter>\n"
-    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call(body), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {"city": "Shanghai", "days": 3}
     assert anomalies(res) == {"repaired_call": 1}
 
@@ -439,7 +322,7 @@ def test_drifted_end_parameter_is_repaired(closer):
                                    "a </parameter1> b"])
 def test_closed_value_that_ends_like_a_drifted_closer_is_kept(value):
     body = f"<parameter=city>\n{value}\n</parameter>\n"
-    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call(body), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {"city": value} and not anomalies(res)
 
 
@@ -447,28 +330,16 @@ def test_python_literals_for_typed_parameters_are_repaired():
     body = ("<parameter=metric>\nTrue\n</parameter>\n<parameter=opts>\n{'a': [1, 2], 'b': None}\n"
             "</parameter>\n<parameter=tags>\n['x', 2]\n</parameter>\n"
             "<parameter=city>\nTrue\n</parameter>\n")
-    res = parse_all_ways(_xml(body), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call(body), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {
         "metric": True, "opts": {"a": [1, 2], "b": None}, "tags": ["x", 2], "city": "True"}
     assert anomalies(res) == {"repaired_call": 1}  # once per call, however many repairs
 
 
 def test_missing_end_parameter_before_end_function_counts_as_repaired():
-    res = parse_all_ways(_xml("<parameter=city>\nRome\n"), start="content", tools=TOOLS)
+    res = parse_all_ways(xml_call("<parameter=city>\nRome\n"), start="content", tools=TOOLS)
     assert res.tool_calls[0].arguments == {"city": "Rome"}
     assert anomalies(res) == {"repaired_call": 1}
-
-
-def test_repaired_call_names_its_repairs():
-    body = "<parameter=city>\nA\n</parameter1>\n<parameter=metric>\nFalse\n"
-    events = run(_xml(body), start="content", tools=TOOLS)
-    marks = [e for e in events if e.kind == ANOMALY]
-    assert [(e.anomaly, e.text) for e in marks] == [
-        ("repaired_call", "drifted </parameter>, missing </parameter>, Python literal")]
-    assert marks[0].call_id == "call_0" and marks[0].span[0] == marks[0].span[1]
-
-
-BARE_CALL = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>"
 
 
 def test_bare_function_at_line_start_in_content_is_a_repaired_call():
@@ -513,28 +384,6 @@ def test_bare_function_only_in_qwen_xml():
     assert res.tool_calls == () and res.content == BARE_CALL
 
 
-def test_call_keeps_its_raw_text_and_channel():
-    text = "Plan.\n\n" + XML_CALL + "\n\nAfter."
-    res = parse_all_ways(text, tools=TOOLS)
-    call = res.tool_calls[0]
-    assert call.raw == "\n\n" + XML_CALL and call.origin == REASONING
-    res = parse_all_ways("Hi " + BARE_CALL, start="content", tools=TOOLS)  # mid-line: text
-    assert res.tool_calls == ()
-    res = parse_all_ways("Hi\n" + BARE_CALL, start="content", tools=TOOLS)
-    assert res.tool_calls[0].raw == "\n" + BARE_CALL and res.tool_calls[0].origin == CONTENT
-
-
-def test_declared_no_tools_makes_every_call_unknown():
-    # The server's requests declare their tools, even none (tools_declared); `prism parse`
-    # without --tools knows nothing of them, and counts nothing.
-    res = parse_all_ways(XML_CALL, start="content", tools_declared=True)
-    assert len(res.tool_calls) == 1 and anomalies(res) == {"unknown_tool": 1}
-    res = parse_all_ways(XML_CALL, start="content")
-    assert len(res.tool_calls) == 1 and not anomalies(res)
-    res = parse_all_ways(XML_CALL, start="content", tools=TOOLS, tools_declared=True)
-    assert not anomalies(res)
-
-
 # --- Hermes JSON ------------------------------------------------------------------------------
 
 
@@ -552,62 +401,11 @@ def test_hermes_arguments_as_string_and_name_after_arguments():
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("f", {"a": 1}), ("g", {"b": 2})]
 
 
-def test_hermes_malformed_json_returned_as_text():
-    text = '<tool_call>\n{"name": "f", "arguments": {"a": 1,}}\n</tool_call>'
-    res = parse_all_ways(text, start="content")
-    assert res.tool_calls == () and res.content == text
-    assert anomalies(res) == {"malformed_call": 1}
-
-
-def test_hermes_streamed_fragment_span_ignores_the_silent_characters_after_it():
-    # The `:` and space after a key write nothing; a fragment's span must not stretch over
-    # them when they happen to arrive in the same feed (found by the property tests).
-    text = '<tool_call>{"name": "g", "arguments": {"name": "g", "arguments": '
-    res = parse_all_ways(text)
-    assert res.tool_calls == () and res.reasoning == text
-    assert anomalies(res) == {"unfinished_call": 1}
-
-
-def test_dialect_restricts_openers():
-    res = parse_all_ways(HERMES_CALL, start="content", dialect="qwen-xml")
-    assert res.tool_calls == () and res.content == HERMES_CALL
-    res = parse_all_ways(XML_CALL, start="content", dialect="hermes-json")
-    assert res.tool_calls == () and res.content == XML_CALL
-
-
-# --- rule 8: stream_tools events --------------------------------------------------------------
-
-
-def test_stream_tools_emits_start_then_fragments_that_join_to_arguments():
-    body = "<parameter=city>\nNew \"York\" é\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
-    events = run(_xml(body), [1] * 200, start="content", tools=TOOLS, stream_tools=True)
-    kinds = [e.kind for e in events]
-    first_start = kinds.index(TOOL_START)
-    assert events[first_start].text == "get_weather" and events[first_start].call_id == "call_0"
-    frags = [e.text for e in events if e.kind == TOOL_ARGS]
-    assert len(frags) > 5  # the string value streamed as it was written
-    assert "".join(frags) == json.dumps({"city": 'New "York" é', "days": 2})
-    assert kinds.index(TOOL_START) < kinds.index(TOOL_ARGS) < kinds.index("tool_call")
-
-
-def test_markup_events_carry_the_tags():
-    events = run("a\n</think>\n\nb")
-    assert [(e.kind, e.text) for e in events] == [
-        (REASONING, "a"), (MARKUP, "\n</think>"), (MARKUP, "\n\n"), (CONTENT, "b")]
-
-
-def test_anomaly_events_name_their_kind():
-    events = run("x</think>y", start="content")
-    anoms = [e for e in events if e.kind == ANOMALY]
-    assert len(anoms) == 1 and anoms[0].anomaly == "stray_think_end"
-    assert anoms[0].span == (1, 9)
-
-
 # --- Unicode and the held tail ------------------------------------------------------------------
 
 
 def test_unicode_everywhere():
-    call = _xml("<parameter=city>\nZürich 東京\n</parameter>\n")
+    call = xml_call("<parameter=city>\nZürich 東京\n</parameter>\n")
     text = "思考中 😀\n</think>\n\nRéponse: ✓\n" + call
     res = parse_all_ways(text, tools=TOOLS)
     assert res.reasoning == "思考中 😀" and res.content == "Réponse: ✓"
