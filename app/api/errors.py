@@ -102,9 +102,10 @@ def api_of(path: str) -> str:
 
 def error_response(path: str, err: APIError) -> JSONResponse:
     # Every refused or failed request leaves one line: which API, the status, and why.
-    log.warning("[prism] %s %s %d %s: %s", api_of(path), path, err.status,
-                KINDS[err.kind][1], err.message)
-    body = anthropic_error_body(err) if api_of(path) == "anthropic" else openai_error_body(err)
+    api = api_of(path)
+    log.warning("[prism] %s %s %d %s: %s", api, path, err.status, KINDS[err.kind][1],
+                err.message)
+    body = anthropic_error_body(err) if api == "anthropic" else openai_error_body(err)
     return JSONResponse(body, status_code=err.status, headers=err.headers)
 
 
