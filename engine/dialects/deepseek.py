@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import re
 
-from engine.dialects.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.dialects.framed import FramedBody, name_at
+from engine.dialects.common import FULL, NONE, PREFIX, Match
+from engine.dialects.framed import FramedBody, call_or_word
 from engine.tags import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "deepseek"
@@ -51,13 +51,7 @@ _BEGIN, _WORD, _SEP, _AFTER_SEP, _NAME, _FENCE_OPEN, _ARGS, _FENCE_CLOSE, _END, 
 def match_opener(text: str, i: int) -> Match:
     """After the section opener: `<｜tool▁call▁begin｜>`; after a call opener: a word then the
     separator."""
-    m = match_literal(text, i, CALL_BEGIN)
-    if m != NONE:
-        return m
-    m, j = name_at(text, i, _NAME_CHARS)
-    if m != FULL:
-        return m
-    return match_literal(text, j, SEP)
+    return call_or_word(text, i, CALL_BEGIN, _NAME_CHARS, (SEP,))
 
 
 class CallParser(FramedBody):

@@ -21,8 +21,9 @@ only of one leading and one trailing newline, as the other XML-like families.
 
 from __future__ import annotations
 
-from engine.dialects.common import NONE, Match, match_literal
-from engine.dialects.tagged import TaggedCall, word_then
+from engine.dialects.common import Match
+from engine.dialects.framed import call_or_word
+from engine.dialects.tagged import TaggedCall
 from engine.tags import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "dsml"
@@ -39,10 +40,7 @@ PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, "｜DSML｜")
 
 def match_opener(text: str, i: int) -> Match:
     """After the section: an invoke; after an invoke's opener: `NAME">`."""
-    m = match_literal(text, i, INVOKE)
-    if m != NONE:
-        return m
-    return word_then(text, i, CallParser.NAME_CHARS, ('">',))
+    return call_or_word(text, i, INVOKE, CallParser.NAME_CHARS, ('">',))
 
 
 class CallParser(TaggedCall):

@@ -3,8 +3,9 @@ arguments object read as it streams.
 
 Owns `FramedBody`, the base of the call readers whose calls are a few fixed markers around a
 name and its arguments (Harmony, DeepSeek, Kimi K2, Mistral, ...), and `JsonArgs`, the Hermes
-JSON scanner (engine/dialects/hermes_json.py) applied to a bare arguments object. Pure Python,
-run by whichever thread drives the parser.
+JSON scanner (engine/dialects/hermes_json.py) applied to a bare arguments object; and the
+opener tests of those families, a name followed by a marker (`name_at`, `word_then`,
+`call_or_word`). Pure Python, run by whichever thread drives the parser.
 
 A reader keeps the text it has not decided in `_buf` (`_pos` is the body offset of `_buf[0]`)
 and runs its own small state machine in `_run(eof)`; every decision waits until the text that
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 
 from engine.dialects import hermes_json
-from engine.dialects.common import FULL, NONE, PREFIX, CallBody, Match, match_literal
+from engine.dialects.common import FULL, NONE, PREFIX, CallBody, Match, match_literal, skip_ws
 
 MAX_NAME = 256
 
@@ -37,6 +38,30 @@ def name_at(text: str, i: int, chars: str) -> tuple[Match, int]:
     if j == n:
         return PREFIX, n
     return (NONE, i) if j == i else (FULL, j)
+
+
+def word_then(text: str, i: int, chars: str, after: tuple[str, ...], gap: bool = False) -> Match:
+    """Does a name (word characters and `chars`) followed by one of `after` start at i? With
+    `gap`, whitespace (at most MAX_GAP) may come between them."""
+    m, j = name_at(text, i, chars)
+    if m != FULL:
+        return m
+    if gap:
+        j = skip_ws(text, j)
+        if j < 0:
+            return NONE
+    best = NONE
+    for a in after:
+        best = max(best, match_literal(text, j, a))
+    return best
+
+
+def call_or_word(text: str, i: int, call: str, chars: str, after: tuple[str, ...],
+                 gap: bool = False) -> Match:
+    """The opener test of a family whose calls share a section: after the section's opener,
+    the call's own opener `call`; after `call`, a name then one of `after` (`word_then`)."""
+    m = match_literal(text, i, call)
+    return m if m != NONE else word_then(text, i, chars, after, gap)
 
 
 class JsonArgs(hermes_json.CallParser):
@@ -218,4 +243,7 @@ class FramedBody(CallBody):
         return m if m == FULL else NONE
 
 
-__all__ = ["FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs", "name_at"]
+__all__ = [
+    "FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs", "call_or_word", "name_at",
+    "word_then",
+]

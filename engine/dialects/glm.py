@@ -20,8 +20,8 @@ accepted at the end of output without `</tool_call>`.
 
 from __future__ import annotations
 
-from engine.dialects.common import FULL, NONE, Match, match_literal, skip_ws
-from engine.dialects.framed import name_at
+from engine.dialects.common import Match
+from engine.dialects.framed import word_then
 from engine.dialects.tagged import TaggedCall
 from engine.tags import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN, Markers
 
@@ -35,13 +35,7 @@ PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE, KEY, "</arg_
 
 def match_opener(text: str, i: int) -> Match:
     """A name, then (after whitespace) `<arg_key>` or `</tool_call>`."""
-    m, j = name_at(text, i, CallParser.NAME_CHARS)
-    if m != FULL:
-        return m
-    j = skip_ws(text, j)
-    if j < 0:
-        return NONE
-    return max(match_literal(text, j, KEY), match_literal(text, j, CALL_CLOSE))
+    return word_then(text, i, CallParser.NAME_CHARS, (KEY, CALL_CLOSE), gap=True)
 
 
 class CallParser(TaggedCall):

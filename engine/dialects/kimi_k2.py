@@ -19,8 +19,8 @@ call when an id and `<|tool_call_argument_begin|>` follow; the model's own id is
 
 from __future__ import annotations
 
-from engine.dialects.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
-from engine.dialects.framed import FramedBody, name_at
+from engine.dialects.common import FULL, PREFIX, Match
+from engine.dialects.framed import FramedBody, call_or_word
 from engine.tags import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "kimi-k2"
@@ -43,14 +43,7 @@ _BEGIN, _ID, _ARG, _ARGS, _END, _SECTION = range(6)
 def match_opener(text: str, i: int) -> Match:
     """After the section: `<|tool_call_begin|>`; after a call's opener: an id, then
     (after whitespace) `<|tool_call_argument_begin|>`."""
-    m = match_literal(text, i, CALL)
-    if m != NONE:
-        return m
-    m, j = name_at(text, i, _ID_CHARS)
-    if m != FULL:
-        return m
-    j = skip_ws(text, j)
-    return NONE if j < 0 else match_literal(text, j, ARG)
+    return call_or_word(text, i, CALL, _ID_CHARS, (ARG,), gap=True)
 
 
 def name_of(call_id: str) -> str:

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from engine.dialects import hermes_json
 from engine.dialects.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
-from engine.dialects.framed import FramedBody
-from engine.dialects.tagged import word_then
+from engine.dialects.framed import FramedBody, word_then
 from engine.tags import Markers
 
 NAME = "mistral"

@@ -16,24 +16,13 @@ from __future__ import annotations
 
 import json
 
-from engine.dialects.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.dialects.framed import FramedBody, name_at
+from engine.dialects.common import FULL, PREFIX
+from engine.dialects.framed import FramedBody
 from engine.schema import convert, param_types
 
 _BEGIN, _NAME, _FUNC_TAG, _PARAMS, _KEY, _ATTRS, _VALUE, _AFTER = range(8)
 _MAX_KEY = 256
 _MAX_ATTRS = 64
-
-
-def word_then(text: str, i: int, chars: str, after: tuple[str, ...]) -> Match:
-    """Does a name (word characters and `chars`) followed by one of `after` start at i?"""
-    m, j = name_at(text, i, chars)
-    if m != FULL:
-        return m
-    best = NONE
-    for a in after:
-        best = max(best, match_literal(text, j, a))
-    return best
 
 
 class TaggedCall(FramedBody):
@@ -184,4 +173,4 @@ class TaggedCall(FramedBody):
         self._nparams += 1
 
 
-__all__ = ["TaggedCall", "word_then"]
+__all__ = ["TaggedCall"]
