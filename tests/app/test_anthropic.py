@@ -49,17 +49,21 @@ def summary(bl: list[tuple]) -> tuple:
     return thinking, text, calls
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_every_rule_streamed_and_whole_agree(serve, name):
-    text = CASES[name]
-    live = serve(text)
-    client = live.anthropic()
-    kw = {"model": "claude-any", "max_tokens": 4096, "messages": ASK, "tools": TOOLS}
+def streamed_and_whole(client, **kw) -> tuple:
+    """The same request's reply streamed (the SDK's final message) and not."""
     with client.messages.stream(**kw) as stream:
         for _ in stream:
             pass
         streamed = stream.get_final_message()
-    whole = client.messages.create(**kw)
+    return streamed, client.messages.create(**kw)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_rule_streamed_and_whole_agree(serve, name):
+    text = CASES[name]
+    live = serve(text)
+    streamed, whole = streamed_and_whole(live.anthropic(), model="claude-any", max_tokens=4096,
+                                         messages=ASK, tools=TOOLS)
     assert blocks(streamed) == blocks(whole)
     assert summary(blocks(whole)) == expected_blocks(text)
     assert streamed.stop_reason == whole.stop_reason

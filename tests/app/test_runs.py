@@ -9,7 +9,7 @@ import pytest
 
 from engine.events import TOOL_CALL
 from tests.app.conftest import TOOLS, xml_call
-from tests.app.test_anthropic import blocks
+from tests.app.test_anthropic import blocks, streamed_and_whole
 from tests.app.test_openai import collect, whole
 from tests.app.test_responses import items, stream_final
 
@@ -56,13 +56,8 @@ def test_openai_chat_gets_the_call_as_text(serve, name, choice):
 def test_anthropic_messages_get_the_call_as_text(serve, name):
     text, reasoning, content = CASES[name]
     live = serve(text)
-    client = live.anthropic()
-    kw = {"model": "claude-any", "max_tokens": 1024, "messages": ASK}
-    with client.messages.stream(**kw) as stream:
-        for _ in stream:
-            pass
-        streamed = stream.get_final_message()
-    resp = client.messages.create(**kw)
+    streamed, resp = streamed_and_whole(live.anthropic(), model="claude-any", max_tokens=1024,
+                                        messages=ASK)
     assert blocks(streamed) == blocks(resp)
     want = [b for b in (("thinking", reasoning), ("text", content)) if b[1]]
     assert blocks(resp) == want
