@@ -181,6 +181,23 @@ class FramedBody(CallBody):
         self._eat(k + len(lit))
         return head or " "  # not "" (which means failure)
 
+    def _upto(self, closer: str, parts: list[str]) -> str | None:
+        """The text before `closer` (both consumed, `parts` emptied), or None while `closer`
+        has not come. Meanwhile all but what could begin `closer` moves from the buffer into
+        `parts` (it is text for sure), so a long text costs linear time."""
+        b = self._buf
+        k = b.find(closer)
+        if k < 0:
+            safe = len(b) - len(closer) + 1
+            if safe > 0:
+                parts.append(b[:safe])
+                self._eat(safe)
+            return None
+        text = "".join(parts) + b[:k]
+        parts.clear()
+        self._eat(k + len(closer))
+        return text
+
     def _start(self, name: str) -> None:
         self.name = name
         if self.stream:

@@ -154,24 +154,16 @@ class CallParser(FramedBody):
                 self._st = _BODY
                 self._body_at = self._pos
             else:
-                b = self._buf
-                k = b.find(CALL_END)
-                if k < 0:
-                    # Keep only what could begin the closer; the rest is argument text (moved
-                    # out of the buffer, so long arguments cost linear time).
-                    safe = len(b) - len(CALL_END) + 1
-                    if safe > 0:
-                        self._parts.append(b[:safe])
-                        self._eat(safe)
+                raw = self._upto(CALL_END, self._parts)
+                if raw is None:
                     if eof:
                         self._at_end()
                     return
                 try:
-                    args = read_arguments("".join(self._parts) + b[:k])
+                    args = read_arguments(raw)
                 except GemmaSyntaxError as e:
                     self.error, self.resume = f"bad arguments: {e}", self._body_at
                     return
-                self._eat(k + len(CALL_END))
                 self._done(args)
                 return
 

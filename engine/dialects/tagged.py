@@ -114,19 +114,9 @@ class TaggedCall(FramedBody):
                         return
                 self._st = _VALUE
             elif st == _VALUE:
-                b = self._buf
-                k = b.find(self.VALUE_END)
-                if k < 0:
-                    # Keep only what could begin the closer; the rest is value text for sure
-                    # (moved out of the buffer, so a long value costs linear time).
-                    safe = len(b) - len(self.VALUE_END) + 1
-                    if safe > 0:
-                        self._val.append(b[:safe])
-                        self._eat(safe)
+                raw = self._upto(self.VALUE_END, self._val)
+                if raw is None:
                     return
-                raw = "".join(self._val) + b[:k]
-                self._val = []
-                self._eat(k + len(self.VALUE_END))
                 self._value(raw)
                 self._st = _PARAMS
             else:
