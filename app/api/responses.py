@@ -254,7 +254,7 @@ def response_json(run: Run, body: ResponsesBody, model: str, status: str,
         "status": status, "model": model, "output": output,
         "error": None, "incomplete_details": None,
         "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
-        "parallel_tool_calls": body.parallel_tool_calls is not False,
+        "parallel_tool_calls": run.request.parallel_calls,  # echoed as the request read it
         "previous_response_id": None,
         "reasoning": {"effort": body.reasoning.effort if body.reasoning else None,
                       "summary": None},
