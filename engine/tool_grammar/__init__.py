@@ -57,13 +57,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from engine.dialects import harmony
+from engine.dialects import harmony, markers
 from engine.tags import THINK_CLOSE
-from engine.tool_grammar.calls import FORMATS, GRAMMAR_DIALECTS, Format
+from engine.tool_grammar.calls import FORMATS, Format
 from engine.tool_grammar.writer import PREFIX, Writer, excluding
 
-__all__ = ["FORCED", "FORMATS", "GRAMMAR_DIALECTS", "PREFIX", "Format", "Writer", "excluding",
-           "forced_call", "request_grammar", "request_thinking", "special_ids"]
+__all__ = ["FORCED", "FORMATS", "PREFIX", "Format", "Writer", "excluding", "forced_call",
+           "request_grammar", "request_thinking", "special_ids"]
 
 log = logging.getLogger("prism")
 
@@ -71,8 +71,6 @@ log = logging.getLogger("prism")
 
 def _reasoning(dialect: str) -> tuple[str, str] | None:
     """(closer, what follows it before a call) of the family's reasoning, None without one."""
-    from engine.dialects import markers
-
     mk = markers(dialect)
     if not mk.think_close:
         return None

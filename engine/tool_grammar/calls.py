@@ -234,4 +234,3 @@ FORMATS: dict[str, Format] = {
     "llama3-json": Format(_llama3, sep="; "),
 }
 FORMATS["auto"] = FORMATS["hermes-json"]  # auto reads Hermes' calls as well as Qwen's
-GRAMMAR_DIALECTS = frozenset(FORMATS)  # the formats forced_call writes
