@@ -4,7 +4,8 @@ character at a time and in random chunks, and checks what every chunking must ag
 from __future__ import annotations
 
 import json
-import random
+
+from tests.engine.parser_harness import random_chunks
 
 
 def read(mod, body: str, chunks=None, *, schemas=None, stream: bool = True, eof: bool = True):
@@ -40,11 +41,7 @@ def read_all_ways(mod, body: str, *, schemas=None, eof: bool = True, seeds=(1, 2
     outcomes agree, the streamed fragments are in order, and that a completed call's
     fragments join to exactly json.dumps(arguments). Returns the whole-fed, streaming reader."""
     ref = read(mod, body, schemas=schemas, eof=eof)
-    rng = random.Random(0)
-    variants = [[1] * len(body)]
-    for s in seeds:
-        rng.seed(s)
-        variants.append([rng.randint(1, 9) for _ in range(len(body))])
+    variants = [[1] * len(body)] + [random_chunks(body, s) for s in seeds]
     for chunks in variants:
         got = read(mod, body, chunks, schemas=schemas, eof=eof)
         assert outcome(got) == outcome(ref), chunks[:20]
