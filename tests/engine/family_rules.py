@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tests.engine.parser_harness import parse_all_ways
+from tests.engine.parser_harness import anomalies, parse_all_ways
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object",
@@ -34,10 +34,6 @@ def _parse(fam: Family, text: str, **kw):
     return parse_all_ways(text, dialect=fam.dialect, tools=TOOLS, **kw)
 
 
-def _anomalies(res) -> dict:
-    return {k: v for k, v in res.anomalies.items() if v}
-
-
 def reasoning_then_answer(fam: Family):
     if fam.think is None:
         res = _parse(fam, "Just an answer.\nTwo lines.")
@@ -48,14 +44,14 @@ def reasoning_then_answer(fam: Family):
     assert (res.reasoning, res.content, res.tool_calls) == ("Let me see.", "It is 4.", ())
     res = _parse(fam, "Still thinking.\n" + closer + "\nDone.", start="reasoning")
     assert (res.reasoning, res.content) == ("Still thinking.", "Done.")
-    assert not _anomalies(res)
+    assert not anomalies(res)
 
 
 def one_call(fam: Family):
     res = _parse(fam, "Checking.\n" + fam.call("get_weather", ARGS))
     assert res.content == "Checking." and res.finish_reason == "tool_calls"
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("get_weather", ARGS)]
-    assert not _anomalies(res)
+    assert not anomalies(res)
 
 
 def several_calls_then_text(fam: Family):
@@ -72,7 +68,7 @@ def call_inside_reasoning(fam: Family):
         return
     res = _parse(fam, "I need the weather.\n" + fam.call("get_weather", ARGS), start="reasoning")
     assert res.reasoning == "I need the weather." and len(res.tool_calls) == 1
-    assert _anomalies(res) == {"implicit_reasoning_end": 1}
+    assert anomalies(res) == {"implicit_reasoning_end": 1}
 
 
 def quoted_markup_stays_text(fam: Family):
@@ -93,7 +89,7 @@ def stray_closer_dropped(fam: Family):
         return
     closer = fam.think[1]
     res = _parse(fam, "Part one." + closer + " part two.")
-    assert res.content == "Part one. part two." and _anomalies(res) == {"stray_think_end": 1}
+    assert res.content == "Part one. part two." and anomalies(res) == {"stray_think_end": 1}
 
 
 def unfinished_call_is_text(fam: Family):
@@ -101,19 +97,19 @@ def unfinished_call_is_text(fam: Family):
     cut = call[: len(call) * 2 // 3]
     res = _parse(fam, cut)
     assert res.tool_calls == () and res.content == cut
-    assert _anomalies(res) == {"unfinished_call": 1}
+    assert anomalies(res) == {"unfinished_call": 1}
 
 
 def malformed_call_is_text(fam: Family):
     res = _parse(fam, fam.malformed)
-    assert res.tool_calls == () and _anomalies(res) == {"malformed_call": 1}
+    assert res.tool_calls == () and anomalies(res) == {"malformed_call": 1}
     assert res.content == fam.malformed
 
 
 def unknown_tool_flagged(fam: Family):
     res = _parse(fam, fam.call("nope", {}))
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("nope", {})]
-    assert _anomalies(res) == {"unknown_tool": 1}
+    assert anomalies(res) == {"unknown_tool": 1}
 
 
 def schema_typing(fam: Family):

@@ -10,7 +10,7 @@ import pytest
 from engine.dialects import deepseek
 from tests.engine.dialect_harness import read_all_ways
 from tests.engine.family_rules import RULES, Family
-from tests.engine.parser_harness import parse_all_ways
+from tests.engine.parser_harness import anomalies, parse_all_ways
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
@@ -23,10 +23,6 @@ ARGS = {"city": "Tokyo", "days": 2}
 
 def parse(text: str, **kw):
     return parse_all_ways(text, dialect="deepseek", tools=TOOLS, **kw)
-
-
-def anomalies(res) -> dict:
-    return {k: v for k, v in res.anomalies.items() if v}
 
 
 def test_reasoning_then_answer():

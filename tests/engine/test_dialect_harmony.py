@@ -7,7 +7,7 @@ import pytest
 
 from engine.dialects import harmony
 from tests.engine.dialect_harness import read_all_ways
-from tests.engine.parser_harness import parse_all_ways
+from tests.engine.parser_harness import anomalies, parse_all_ways
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
@@ -20,10 +20,6 @@ CALL = ('<|channel|>commentary to=functions.get_weather <|constrain|>json<|messa
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
     return parse_all_ways(text, dialect="harmony", tools=TOOLS, **kw)
-
-
-def anomalies(res) -> dict:
-    return {k: v for k, v in res.anomalies.items() if v}
 
 
 def test_analysis_then_final():
