@@ -4,7 +4,7 @@ code spans and the start of a line.
 Owns `Quoting`, a small mutable record that `OutputParser._scan_text` (engine/parser.py) updates
 at the few characters that matter (newline, backtick, tilde, space, `<`) and reads when it meets
 a tag: a tag inside a fence, or inside backticks in the answer, is quoted text; a call in the
-reasoning counts only at the start of a line (docs/design.md, section "The parser", rules 3
+reasoning counts only at the start of a line (docs/design.md, section 4 "The parser", rules 3
 and 4). One per parser, run by whichever thread drives that parser.
 
 `OutputParser._scan_text` inlines the common cases of `newline`, `backtick` and `char` (one

@@ -2,10 +2,11 @@
 
 Owns `forced_call(dialect, tools, name, reasoning, tokens)`, the GBNF text the llama engine
 samples under, written in the pack's own call format for every family, so that the one output
-parser reads the result as it reads any call (docs/design.md, section "The parser"; llama.cpp's
-server builds the same kind of grammar for `tool_choice`), and `request_grammar`, the choice
-of grammar for a request. Pure text building on the caller's thread (the service's); it uses
-llama-cpp-python's JSON-schema converter (as engine/grammar.py does), so `app/` need not.
+parser reads the result as it reads any call (docs/design.md, section 4 "The parser";
+llama.cpp's server builds the same kind of grammar for `tool_choice`), and `request_grammar`,
+the choice of grammar for a request. Pure text building on the caller's thread (the
+service's); it uses llama-cpp-python's JSON-schema converter (as engine/grammar.py does), so
+`app/` need not.
 writer.py writes grammar text (literals, token references, JSON by schema); calls.py each
 family's call markup.
 
