@@ -111,16 +111,15 @@ class Inspector:
         the status bar, when the port cannot be bound)."""
         if self._server_task is not None:
             return self.url
+        from app.api.listen import bind
         from app.api.server import make_server
         from app.api.state import AppState, ServerConfig
 
         try:
-            # Bind first, ourselves: a busy port is an OSError here, not uvicorn's sys.exit.
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
+            # Bind first, as `prism serve` does: a busy port is an OSError here, not uvicorn's
+            # sys.exit.
+            sock = bind(self.host, self.port)
         except OSError as e:
-            sock.close()
             self.window.set_server(None, f"server off: {self.host}:{self.port}: {e.strerror}")
             return None
         host, port = sock.getsockname()[:2]
