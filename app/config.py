@@ -14,12 +14,12 @@ from pathlib import Path
 
 from app import upstream
 from app.preflight import check_template
-from engine import dialects
-from engine.context import KVLayout, plan_context, plan_kv
-from engine.families import preserved_tokens
+from engine.backends.llama.kv_plan import KVLayout, plan_context, plan_kv
+from engine.chat.detect import preserved_tokens
+from engine.chat.packs import Pack, PackError, resolve_pack
 from engine.metrics import Metrics
-from engine.packs import Pack, PackError, resolve_pack
-from engine.recording import Recorder
+from engine.parse import families as dialects
+from engine.record.recording import Recorder
 from engine.service import Service
 
 DEFAULT_PACK = "smollm2"
@@ -90,7 +90,7 @@ def _at_least_one(text: str) -> int:
 def context_size(args: argparse.Namespace, pack: Pack) -> tuple[int, bool]:
     """The context one request gets (--n-ctx, else the pack folder's pack.toml n_ctx, else the
     model's trained context within the memory budget) and whether the sequences share one KV
-    pool (engine/context.py, plan_kv); both said on stderr."""
+    pool (engine/backends/llama/kv_plan.py, plan_kv); both said on stderr."""
     plan = plan_context(pack.gguf)
     n_ctx = args.n_ctx or pack.n_ctx
     if n_ctx:
@@ -125,12 +125,12 @@ def build_service(args: argparse.Namespace) -> Service:
     if args.upstream:
         engine, pack = upstream.build_upstream(args)
     elif args.replay:
-        from engine.replay import ReplayEngine
+        from engine.record.replay import ReplayEngine
 
         engine = ReplayEngine([Path(f) for f in args.replay], speed=args.replay_speed,
                               tools_only=args.replay_tools_only)
     else:
-        from engine.llama import LlamaEngine
+        from engine.backends.llama.engine import LlamaEngine
 
         if pack.gguf is None:
             raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
@@ -146,5 +146,5 @@ def build_service(args: argparse.Namespace) -> Service:
         recorder = Recorder(args.record_to, model=engine.name, pack=pack.name,
                             upstream=engine.base if args.upstream else "")
     service = Service(engine, pack, metrics=Metrics(engine), recorder=recorder)
-    service.escape_special = args.escape_special  # engine/special.py
+    service.escape_special = args.escape_special  # engine/chat/special.py
     return service

@@ -37,7 +37,7 @@ def version(dist: str) -> str:
 def _llama() -> list[tuple[str, str]]:
     import llama_cpp
 
-    from engine import llama_log
+    from engine.backends.llama import log as llama_log
 
     llama_log.install()  # llama.cpp's own start-up lines stay out of the report
     gpu = bool(llama_cpp.llama_supports_gpu_offload())
@@ -56,9 +56,10 @@ def _qt() -> list[tuple[str, str]]:
 
 def _model() -> list[tuple[str, str]]:
     """The default model, and the context and KV layout `prism serve` would give it (from its
-    metadata and this machine's memory, engine/context.py: what decides speed and memory)."""
-    from engine.context import memory_bytes, plan_context, plan_kv
-    from engine.packs import DEFAULT_PACK, load_pack
+    metadata and this machine's memory, engine/backends/llama/kv_plan.py: what decides speed and
+    memory)."""
+    from engine.backends.llama.kv_plan import memory_bytes, plan_context, plan_kv
+    from engine.chat.packs import DEFAULT_PACK, load_pack
 
     gguf = load_pack(DEFAULT_PACK).gguf
     if gguf is None:
@@ -73,7 +74,7 @@ def _model() -> list[tuple[str, str]]:
 
 
 def _data_dir() -> list[tuple[str, str]]:
-    from engine.recording import default_session_path
+    from engine.record.recording import default_session_path
 
     return [("recordings", str(default_session_path().parent))]
 

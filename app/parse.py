@@ -16,9 +16,9 @@ import json
 import random
 import sys
 
-from engine import dialects
-from engine.events import result_of
-from engine.parser import OutputParser
+from engine.parse import families as dialects
+from engine.parse.events import result_of
+from engine.parse.parser import OutputParser
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,8 +9,8 @@ main thread at start-up, for the `gui` and `serve` verbs alike (app/config.py).
 
 from __future__ import annotations
 
-from engine.packs import Pack
-from engine.template import TemplateError
+from engine.chat.packs import Pack
+from engine.chat.template import TemplateError
 
 
 def template_error(pack: Pack, exc: TemplateError) -> str:

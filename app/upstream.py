@@ -1,11 +1,11 @@
 """`--upstream URL`: the command-line options and wiring for a remote engine.
 
 Owns `add_arguments` (the upstream flags, shared by `gui` and `serve`) and `build_upstream`,
-which starts an `UpstreamEngine` (engine/upstream.py), waits briefly for its first answer, and
-picks the chat template Prism renders with: `--template FILE`, else the `--pack`'s, else the
-one the upstream publishes (llama.cpp's server and Prism give it in `GET /props`), the tool-call
-dialect and the thinking default detected from it as for a GGUF. With `--tap` no template is
-needed (requests are forwarded as they are), only a dialect to re-read the upstream's output.
+which starts an `UpstreamEngine` (engine/backends/upstream/engine.py), waits briefly for its first
+answer, and picks the chat template Prism renders with: `--template FILE`, else the `--pack`'s,
+else the one the upstream publishes (llama.cpp's server and Prism give it in `GET /props`), the
+tool-call dialect and the thinking default detected from it as for a GGUF. With `--tap` no template
+is needed (requests are forwarded as they are), only a dialect to re-read the upstream's output.
 Runs on the main thread at start-up.
 """
 
@@ -18,10 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.preflight import check_template
-from engine.base import Engine
-from engine.families import preserved_tokens
-from engine.packs import Pack, PackError, pack_from_template, resolve_pack
-from engine.upstream import UpstreamEngine
+from engine.backends.base import Engine
+from engine.backends.upstream.engine import UpstreamEngine
+from engine.chat.detect import preserved_tokens
+from engine.chat.packs import Pack, PackError, pack_from_template, resolve_pack
 
 log = logging.getLogger("prism")
 FIRST_ANSWER_S = 15.0  # how long start-up waits for the upstream's model list and /props

@@ -58,7 +58,7 @@ def bare_loop(model: str, b: int, steps: int, threads: int,
     mp = C.llama_model_default_params()
     m = _internals.LlamaModel(path_model=model, params=mp, verbose=False)
     cp = C.llama_context_default_params()
-    # As engine/batch.py lays it out: split caches hold 2048 cells per sequence.
+    # As engine/backends/llama/batch.py lays it out: split caches hold 2048 cells per sequence.
     cp.n_ctx = 2048 if unified else 2048 * b
     cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.kv_unified = 512, 512, b, unified
     cp.n_threads = cp.n_threads_batch = threads
@@ -110,9 +110,9 @@ def engine_share(model: str, b: int, n: int, threads: int,
     time spent inside llama_decode, the ms a step spent outside it, and the steps taken."""
     import llama_cpp
 
-    from engine.base import Job
-    from engine.llama import LlamaEngine
-    from engine.request import Sampling
+    from engine.backends.base import Job
+    from engine.backends.llama.engine import LlamaEngine
+    from engine.chat.request import Sampling
 
     orig, spent, steps = llama_cpp.llama_decode, [0.0], [0]
 
@@ -126,7 +126,7 @@ def engine_share(model: str, b: int, n: int, threads: int,
 
     eng = LlamaEngine(model, n_ctx=2048, parallel=b, n_threads=threads, kv_unified=unified)
     eng.ready.wait()
-    llama_cpp.llama_decode = timed  # engine/batch.py looks it up at each call
+    llama_cpp.llama_decode = timed  # engine/backends/llama/batch.py looks it up at each call
     try:
         done = [threading.Event() for _ in range(b)]
         t0 = time.perf_counter()
@@ -222,8 +222,8 @@ def main(args) -> int:
     import signal
     import sys
 
-    from engine.context import KVLayout, plan_context, plan_kv
-    from engine.packs import resolve_pack
+    from engine.backends.llama.kv_plan import KVLayout, plan_context, plan_kv
+    from engine.chat.packs import resolve_pack
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the servers are stopped
     model = str(resolve_pack("smollm2").gguf)

@@ -37,10 +37,10 @@ import qasync
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
+from engine.chat.packs import resolve_pack
+from engine.chat.request import ChatRequest, Message
 from engine.metrics import Metrics
-from engine.packs import resolve_pack
-from engine.replay import PLAIN_TOKENS_PER_S, ReplayEngine, split_text
-from engine.request import ChatRequest, Message
+from engine.record.replay import PLAIN_TOKENS_PER_S, ReplayEngine, split_text
 from engine.service import Service
 
 WORDS = ("the model checks the file then compares values before it answers with care about "

@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.base import Job
-from engine.llama import LlamaEngine
-from engine.packs import resolve_pack
-from engine.request import Sampling
+from engine.backends.base import Job
+from engine.backends.llama.engine import LlamaEngine
+from engine.chat.packs import resolve_pack
+from engine.chat.request import Sampling
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.parser import OutputParser
+from engine.parse.parser import OutputParser
 
 TOOLS = [
     {"type": "function", "function": {"name": "run", "parameters": {

@@ -1,6 +1,6 @@
 """A subagent beside its agent: time to first token of a request whose long system prompt a
-busy slot already holds (split KV caches copy it, engine/batch.py `_borrow`) against the same
-request with no slot holding it. Prints medians; not part of the test suite.
+busy slot already holds (split KV caches copy it, engine/backends/llama/batch.py `_borrow`) against
+the same request with no slot holding it. Prints medians; not part of the test suite.
 
 Runs on the main thread; the engine decodes on its worker thread. Each round: a fresh
 `LlamaEngine(parallel=2, kv_unified=False)`; the "agent" request (system prompt + its question)
@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.base import Job
-from engine.llama import LlamaEngine
-from engine.packs import resolve_pack
-from engine.request import Sampling
+from engine.backends.base import Job
+from engine.backends.llama.engine import LlamaEngine
+from engine.chat.packs import resolve_pack
+from engine.chat.request import Sampling
 
 
 def chatml(system: str, user: str) -> str:

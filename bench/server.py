@@ -55,7 +55,7 @@ def messages(round_no: int) -> list[dict]:
 
 
 def render(pack, round_no: int) -> str:
-    from engine.request import Message
+    from engine.chat.request import Message
 
     msgs = tuple(Message(m["role"], m["content"]) for m in messages(round_no))
     return pack.chat_template().render(msgs, add_generation_prompt=True,
@@ -69,7 +69,7 @@ def worker(mode: str, n_ctx: int, record_to: str, threads: int | None) -> None:
     """Reads one JSON request per line on stdin, answers one JSON line of figures.
     mode "raw": Llama.create_completion; mode "service": Prism's Service + LlamaEngine
     in-process (parser, metrics and recorder included, no HTTP)."""
-    from engine.packs import resolve_pack
+    from engine.chat.packs import resolve_pack
 
     pack = resolve_pack("smollm2")
     if mode == "raw":
@@ -78,11 +78,11 @@ def worker(mode: str, n_ctx: int, record_to: str, threads: int | None) -> None:
         llm = Llama(model_path=str(pack.gguf), n_ctx=n_ctx, n_threads=threads,
                     n_threads_batch=threads, verbose=False)
     else:
-        from engine.events import CONTENT
-        from engine.llama import LlamaEngine
+        from engine.backends.llama.engine import LlamaEngine
+        from engine.chat.request import ChatRequest, Message, Sampling
         from engine.metrics import Metrics
-        from engine.recording import Recorder
-        from engine.request import ChatRequest, Message, Sampling
+        from engine.parse.events import CONTENT
+        from engine.record.recording import Recorder
         from engine.service import Service
 
         engine = LlamaEngine(pack.gguf, n_ctx=n_ctx, n_threads=threads)
@@ -241,7 +241,7 @@ def main() -> int:
 
         return concurrency(args)
 
-    from engine.packs import resolve_pack
+    from engine.chat.packs import resolve_pack
 
     pack = resolve_pack("smollm2")
     model = str(pack.gguf)

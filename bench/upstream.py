@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.api.server import ServerThread
 from app.api.state import AppState
 from app.api.tap import TapEngine
+from engine.backends.upstream.engine import UpstreamEngine
+from engine.chat.packs import load_pack, resolve_pack
 from engine.metrics import Metrics
-from engine.packs import load_pack, resolve_pack
 from engine.service import Service
-from engine.upstream import UpstreamEngine
 from tests.app.test_upstream_llama_cpp import LlamaCppServer
 
 

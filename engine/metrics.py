@@ -27,8 +27,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.base import Engine, Timings
-from engine.events import ANOMALY_KINDS, EXTRA_TOOL_CALL, IMPLICIT_REASONING_END, REPAIRED_CALL
+from engine.backends.base import Engine, Timings
+from engine.parse.events import (
+    ANOMALY_KINDS,
+    EXTRA_TOOL_CALL,
+    IMPLICIT_REASONING_END,
+    REPAIRED_CALL,
+)
 
 log = logging.getLogger("prism")
 

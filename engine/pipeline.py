@@ -3,7 +3,7 @@
 Owns `TokenPipeline`, the one place where "feed the parser, count the token and its anomalies,
 record it" is written (docs/design.md, section 3 "Threads and owners" and section 5
 "Engines, service, pipeline"). A request that allows one call per reply (`parallel_calls`
-False) has its events go through `FirstCallOnly` (engine/events.py) here, after the parser,
+False) has its events go through `FirstCallOnly` (engine/parse/events.py) here, after the parser,
 which knows no request policy, and before anything counts or keeps them. The live service,
 the window's playback and its re-parse all drive a request through one of these, so a recording
 played back gives the events it gave live.
@@ -18,8 +18,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from engine.base import Finish, Token
-from engine.events import (
+from engine.backends.base import Finish, Token
+from engine.metrics import Metrics
+from engine.parse.events import (
     ANOMALY,
     IMPLICIT_REASONING_END,
     REASONING,
@@ -27,9 +28,8 @@ from engine.events import (
     FirstCallOnly,
     ParseResult,
 )
-from engine.metrics import Metrics
-from engine.parser import OutputParser
-from engine.recording import Recorder
+from engine.parse.parser import OutputParser
+from engine.record.recording import Recorder
 
 # How much reasoning an implicit end of thinking shows in its log line (metrics keeps 80).
 _TAIL = 160
@@ -41,7 +41,7 @@ class TokenPipeline:
     `metrics` and `recorder` are optional (a re-parse reports to neither). `clock` stamps the
     anomalies and the start and finish when the caller gives no time: time.perf_counter for a
     live run, the playback's clock for a replay. `one_call`: deliver the first complete call
-    only (engine/request.py, `one_call_only`).
+    only (engine/chat/request.py, `one_call_only`).
     """
 
     def __init__(

@@ -29,18 +29,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
-from engine import special, tool_grammar
-from engine.base import Engine, Finish, Job, Timings, Token
-from engine.events import SPECIAL_TOKEN_IN_CONTENT, Event, ParseResult, result_of
-from engine.families import start_state
+from engine.backends.base import Engine, Finish, Job, Timings, Token
+from engine.backends.llama.vocab import PromptTooLong
+from engine.chat import special
+from engine.chat.detect import start_state
+from engine.chat.packs import Pack
+from engine.chat.request import ChatRequest, one_call_only
+from engine.chat.template import ChatTemplate
+from engine.grammar import tools as tool_grammar
 from engine.metrics import Metrics
-from engine.packs import Pack
-from engine.parser import OutputParser
+from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT, Event, ParseResult, result_of
+from engine.parse.parser import OutputParser
 from engine.pipeline import TokenPipeline
-from engine.recording import Recorder
-from engine.request import ChatRequest, one_call_only
-from engine.template import ChatTemplate
-from engine.vocab import PromptTooLong
+from engine.record.recording import Recorder
 
 log = logging.getLogger("prism")
 TOOLS_IGNORED = "tools_ignored"  # a Run note: the template did not show the request's tools
@@ -55,7 +56,8 @@ class ContextOverflow(ValueError):
 
     Without `max_tokens` the prompt alone is too long: the chat routes clamp max_tokens to what
     remains (issue 9, item 5), so naming it (Claude Code asks for 64000) would blame the wrong
-    number. `at_least`: `prompt_tokens` is engine/vocab.py's lower bound, not a full count."""
+    number. `at_least`: `prompt_tokens` is engine/backends/llama/vocab.py's lower bound, not a full
+    count."""
 
     def __init__(self, n_ctx: int, prompt_tokens: int, max_tokens: int | None = None, *,
                  at_least: bool = False) -> None:
@@ -116,7 +118,7 @@ class Run:
         # What was wrong with the request itself, for the inspector: "tools_ignored" when the
         # pack's template does not show the request's tools to the model (issue 9, item 4).
         self.notes: tuple[str, ...] = ()
-        # Special tokens that came from message content, not the template (engine/special.py).
+        # Special tokens that came from message content, not the template (engine/chat/special.py).
         self.marks: special.PromptMarks = special.NONE
 
     # consumers ------------------------------------------------------------------------------
@@ -195,7 +197,8 @@ class Service:
         self.metrics = metrics
         self.recorder = recorder
         self.escape_special = False  # --escape-special: message content tokenized as text
-        # What the engine's tokenizer takes beyond the text (engine/vocab.py's: llama.cpp only).
+        # What the engine's tokenizer takes beyond the text (engine/backends/llama/vocab.py's:
+        # llama.cpp only).
         params = inspect.signature(engine.tokenize).parameters
         self._tokenize_limit = "limit" in params
         self._tokenize_plain = "plain" in params
@@ -237,8 +240,8 @@ class Service:
             self.engine.special_texts, escape=self.escape_special and self._tokenize_plain)
 
     def _prompt_ids(self, prompt: str, marks: special.PromptMarks, n_ctx: int) -> list[int]:
-        """The prompt's tokens; an engine that takes a `limit` (engine/vocab.py) refuses a
-        prompt that cannot fit before tokenizing all of it (issue 10, item 1)."""
+        """The prompt's tokens; an engine that takes a `limit` (engine/backends/llama/vocab.py)
+        refuses a prompt that cannot fit before tokenizing all of it (issue 10, item 1)."""
         kw: dict = {"plain": marks.spans} if marks.escaped else {}
         if self._tokenize_limit:
             kw["limit"] = n_ctx
@@ -269,8 +272,8 @@ class Service:
             top_logprobs=request.top_logprobs,
             submitted_at=time.perf_counter(),
         )
-        # A replayed output is parsed as it was when recorded (engine/replay.py), a new one as
-        # the pack's template and dialect say.
+        # A replayed output is parsed as it was when recorded (engine/record/replay.py), a new one
+        # as the pack's template and dialect say.
         start, dialect = (self.engine.prepare(job, request)
                           or (start_state(prompt, self.pack.dialect), ""))
         run = Run(self, request, prompt, start, n_prompt, dialect or self.pack.dialect)

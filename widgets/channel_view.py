@@ -16,7 +16,7 @@ import json
 from PySide6.QtGui import QTextCharFormat
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
-from engine.events import (
+from engine.parse.events import (
     ANOMALY,
     CONTENT,
     EXTRA_TOOL_CALL,
@@ -31,7 +31,7 @@ from engine.events import (
     UNKNOWN_TOOL,
     merge,
 )
-from engine.tags import THINK_CLOSE
+from engine.parse.markers import THINK_CLOSE
 from inspector.tracks import Track
 from widgets.text_pane import TextPane
 from widgets.theme import ANOMALY_MARKS, ANOMALY_TIPS, COLOURS, MUTED, formats

@@ -2,7 +2,7 @@
 
 Owns `ComposeBox`: system prompt, message, tools (OpenAI JSON), thinking (pack default, on,
 off), sampling (temperature, top_p, seed), max tokens and top-k alternatives to record; Send and
-Stop. It builds an `engine.request.ChatRequest` (client
+Stop. It builds an `engine.chat.request.ChatRequest` (client
 "gui") and hands it to a `submit` callable given by the app (which calls `Service.submit` and
 returns the run); the request then appears in the list like any other and its tokens arrive
 through the same queue. Errors (bad tools JSON, context overflow, template errors) are shown
@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.request import ChatRequest, Message, Sampling
+from engine.chat.request import ChatRequest, Message, Sampling
 from engine.service import Run
 from widgets.theme import COLOURS, MUTED
 

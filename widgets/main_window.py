@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QToolButton,
 )
 
-from engine.request import ChatRequest
+from engine.chat.request import ChatRequest
 from engine.service import Run
 from inspector.playback import Playback
 from inspector.tracks import Track, TrackSource, TrackStore

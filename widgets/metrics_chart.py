@@ -16,7 +16,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from engine.events import ANOMALY_KINDS
+from engine.parse.events import ANOMALY_KINDS
 from inspector.tracks import TrackSource
 from widgets.theme import ANOMALY_LABELS, BACKGROUND, COLOURS, MUTED
 

@@ -2,7 +2,7 @@
 
 Owns `PromptView`. Special tokens and tags (`<|im_start|>`, `<think>`, `<tool_call>`, ...) are
 drawn in the markup colour so the template's structure shows; special tokens that came from
-message content (`Track.content_specials`, engine/special.py) in the anomaly colour. A note
+message content (`Track.content_specials`, engine/chat/special.py) in the anomaly colour. A note
 says whether the prompt left `<think>` open (the parser's start state). GUI thread only; reads
 tracks.
 """
@@ -13,7 +13,7 @@ import re
 
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from engine.events import SPECIAL_TOKEN_IN_CONTENT
+from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT
 from inspector.tracks import Track
 from widgets.text_pane import TextPane
 from widgets.theme import MUTED, TEXT, formats

@@ -23,8 +23,8 @@ from functools import cache
 
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
-from engine import dialects
-from engine.events import (
+from engine.parse import families as dialects
+from engine.parse.events import (
     ANOMALY,
     CONTENT,
     MARKUP,

@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import dialects
-from engine.events import ANOMALY_KINDS, ParseResult
+from engine.parse import families as dialects
+from engine.parse.events import ANOMALY_KINDS, ParseResult
 from inspector.tracks import Track
 from widgets.text_pane import TextPane
 from widgets.theme import COLOURS, MUTED, TEXT, formats

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.events import ANOMALY_KINDS
+from engine.parse.events import ANOMALY_KINDS
 from inspector.tracks import Track
 from widgets.theme import (
     ANOMALY_LABELS,

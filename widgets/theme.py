@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat, QTextFormat
 
-from engine.events import (
+from engine.parse.events import (
     EXTRA_TOOL_CALL,
     IMPLICIT_REASONING_END,
     MALFORMED_CALL,

@@ -38,7 +38,7 @@ from app.api.errors import APIError, anthropic_error_body, from_exception
 from app.api.sse import dumps, event_lines, sse_response
 from app.api.state import get_state
 from app.api.validate import NON_TEXT_PARTS, not_text
-from engine.request import ChatRequest, Message
+from engine.chat.request import ChatRequest, Message
 from engine.service import Run
 
 router = APIRouter()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.events import CONTENT, REASONING, TOOL_ARGS, TOOL_CALL, TOOL_START, Event
+from engine.parse.events import CONTENT, REASONING, TOOL_ARGS, TOOL_CALL, TOOL_START, Event
 
 THINKING, TEXT, TOOL = "thinking", "text", "tool"
 

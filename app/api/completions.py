@@ -3,7 +3,8 @@
 Owns `CompletionBody`, `RawRun` and the route. The prompt goes to the engine as it is: no chat
 template, no parser, no tool calls; what the model writes comes back as it is (stop strings
 cut, as every server does). This is what vLLM, SGLang and llama.cpp's server offer, what
-raw-mode clients use, and what lets one Prism be another's upstream (engine/upstream.py).
+raw-mode clients use, and what lets one Prism be another's upstream
+(engine/backends/upstream/engine.py).
 
 Accepted: `prompt` (a string, or a list holding one), `stream` (+ `stream_options.
 include_usage`), `max_tokens` (default 16, as OpenAI's; `null` means "until the context is
@@ -37,7 +38,7 @@ from app.api.convert import Lenient, read_body, sampling, stop_tuple
 from app.api.errors import APIError, openai_error_body
 from app.api.sse import data_line, dumps, sse_response
 from app.api.state import AppState, get_state
-from engine.base import Finish, Job, Timings, Token
+from engine.backends.base import Finish, Job, Timings, Token
 from engine.service import ContextOverflow
 
 router = APIRouter()

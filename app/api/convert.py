@@ -30,7 +30,7 @@ from app.api.validate import (
     parse_json,
     schema_grammar,
 )
-from engine.request import Message, Sampling
+from engine.chat.request import Message, Sampling
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -21,8 +21,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.chat.template import TemplateError
 from engine.service import ContextOverflow
-from engine.template import TemplateError
 
 log = logging.getLogger("prism")
 

@@ -40,8 +40,8 @@ from app.api.convert import (
 from app.api.errors import APIError, openai_error_body
 from app.api.sse import data_line, dumps, sse_response
 from app.api.state import AppState, get_state
-from engine.events import CONTENT, REASONING, TOOL_ARGS, TOOL_CALL, TOOL_START
-from engine.request import ChatRequest, Message
+from engine.chat.request import ChatRequest, Message
+from engine.parse.events import CONTENT, REASONING, TOOL_ARGS, TOOL_CALL, TOOL_START
 from engine.service import Run
 
 router = APIRouter()

@@ -48,7 +48,7 @@ from app.api.convert import (
 from app.api.errors import APIError
 from app.api.sse import event_lines, sse_response
 from app.api.state import get_state
-from engine.request import ChatRequest, Message
+from engine.chat.request import ChatRequest, Message
 from engine.service import Run
 
 router = APIRouter()

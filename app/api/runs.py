@@ -6,8 +6,8 @@ client to go away, and cancel the job if it does), and the numbers every API rep
 finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`. And what the
 client is answered from: `reply_stream`, `reply_events`, `reply_result`. A request that declared
 no tools (or `tool_choice: "none"`) gets a call the model wrote anyway as text in the channel it
-stood in (engine/events.py, `CallsAsText`), so Open WebUI's background tasks never receive calls
-they cannot handle; the run itself, the inspector and the recording keep the call, counted as
+stood in (engine/parse/events.py, `CallsAsText`), so Open WebUI's background tasks never receive
+calls they cannot handle; the run itself, the inspector and the recording keep the call, counted as
 `unknown_tool` (issue 11, item 6). One rule for every API, streamed or not.
 
 Runs on the asyncio loop's thread, except `Service.submit` itself: rendering the template and
@@ -27,8 +27,8 @@ from fastapi import Request
 
 from app.api.errors import APIError, from_exception, kind_for_status
 from app.api.state import AppState
-from engine.events import REASONING, CallsAsText, Event, ParseResult, calls_as_text, result_of
-from engine.request import ChatRequest
+from engine.chat.request import ChatRequest
+from engine.parse.events import REASONING, CallsAsText, Event, ParseResult, calls_as_text, result_of
 from engine.service import Run
 
 
@@ -161,7 +161,7 @@ def run_error(run: Run) -> APIError | None:
         return None
     if fin.reason == "cancelled":
         return APIError("unavailable", "the request was cancelled before it finished")
-    if fin.status:  # an upstream's answer (engine/upstream.py): its status, its message
+    if fin.status:  # an upstream's answer (backends/upstream/engine.py): its status, its message
         return APIError(kind_for_status(fin.status), fin.error or f"HTTP {fin.status}")
     return APIError("server", f"generation failed: {fin.error or 'unknown error'}")
 

@@ -33,7 +33,7 @@ from app.api.errors import APIError, error_response
 from app.api.guard import Guard
 from app.api.listen import HeaderTimeoutH11
 from app.api.state import AppState, get_state
-from engine.request import Sampling
+from engine.chat.request import Sampling
 
 DEFAULT = Sampling()  # what a request that sets no sampler gets, as /props reports it
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
+from engine.upstream import UpstreamEngine
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
@@ -38,10 +39,9 @@ from app.api.convert import validate
 from app.api.errors import APIError
 from app.api.state import AppState, get_state
 from app.api.tap_readers import READERS, LeakWatch, Reader, Synth
-from engine.base import Finish, Job, Timings, Token
-from engine.request import ChatRequest
+from engine.backends.base import Finish, Job, Timings, Token
+from engine.chat.request import ChatRequest
 from engine.service import Run
-from engine.upstream import UpstreamEngine
 
 log = logging.getLogger("prism")
 router = APIRouter()

@@ -21,7 +21,7 @@ import bisect
 import json
 from typing import Any
 
-from engine.events import ANOMALY, MARKUP, STRAY_THINK_END, TOOL_CALL, UPSTREAM_LEAK, Event
+from engine.parse.events import ANOMALY, MARKUP, STRAY_THINK_END, TOOL_CALL, UPSTREAM_LEAK, Event
 
 
 class Synth:

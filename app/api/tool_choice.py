@@ -7,7 +7,7 @@ Owns `ToolChoice` (with `offered`: the tools the prompt declares under it) and `
 
 What each mode does (engine/service.py applies it): "auto" lets the model decide; "none" drops
 the tools from the prompt; "required" and "function" make the llama engine sample under a
-grammar in the pack's tool-call dialect (engine/tool_grammar/), so the reply is a call,
+grammar in the pack's tool-call dialect (engine/grammar/), so the reply is a call,
 as llama.cpp's server does. Values the API does not define are refused rather than read as
 "auto": a client that asked for a call must not silently get prose.
 
@@ -18,7 +18,7 @@ as llama.cpp's server does. Values the API does not define are refused rather th
 Parallel calls: Anthropic spells "one call per reply" inside tool_choice
 (`disable_parallel_tool_use: true`), read here into `ToolChoice.parallel_calls`; the OpenAI
 APIs spell it beside it (`parallel_tool_calls: false`), read by their body models. Either way
-it becomes `ChatRequest.parallel_calls` (engine/request.py says what it does).
+it becomes `ChatRequest.parallel_calls` (engine/chat/request.py says what it does).
 """
 
 from __future__ import annotations

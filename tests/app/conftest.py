@@ -19,13 +19,13 @@ import pytest
 from app.api.server import ServerThread
 from app.api.state import AppState, ServerConfig
 from app.api.tap import TapEngine
-from engine.events import result_of
+from engine.backends.upstream.engine import UpstreamEngine
+from engine.chat.packs import Pack
 from engine.metrics import Metrics
-from engine.packs import Pack
-from engine.parser import OutputParser
-from engine.recording import Recorder
+from engine.parse.events import result_of
+from engine.parse.parser import OutputParser
+from engine.record.recording import Recorder
 from engine.service import Run, RunUpdate, Service
-from engine.upstream import UpstreamEngine
 from tests.support import (
     recorded_failures,  # noqa: F401 - the API tests import it from here
     wait_until,
@@ -134,7 +134,7 @@ def start_live(service: Service, **config) -> Live:
 
 def hang_up_mid_stream(live: Live, upstream, messages: list[dict], after: int = 3) -> None:
     """Stream a chat from `live`, leave after `after` + 1 chunks, and wait until the upstream
-    (tests/engine/scripted_upstream.py) saw Prism hang up: exactly once."""
+    (tests/engine/backends/upstream/scripted_upstream.py) saw Prism hang up: exactly once."""
     stream = live.openai().chat.completions.create(model="m", messages=messages, stream=True)
     for i, _ in enumerate(stream):
         if i == after:

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from app.api.blocks import CLOSE, DELTA, OPEN, TEXT, THINKING, TOOL, Blocks, Step, blocks_of
-from engine.events import Event
-from engine.parser import OutputParser
+from engine.parse.events import Event
+from engine.parse.parser import OutputParser
 from tests.app.conftest import TOOLS, xml_call
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from app.api.server import ServerThread
 from app.api.state import AppState
+from engine.chat.packs import resolve_pack
 from engine.metrics import Metrics
-from engine.packs import resolve_pack
-from engine.replay import split_text
+from engine.record.replay import split_text
 from engine.service import Service
 
 RAW = "<think>\nraw reasoning\n</think>\n\n<tool_call>\n<function=f>\n</function>\n</tool_call>"
@@ -96,7 +96,7 @@ def test_metrics_count_completions(serve):
 
 @pytest.mark.model
 def test_logprobs_on_the_real_model(default_model):
-    from engine.llama import LlamaEngine
+    from engine.backends.llama.engine import LlamaEngine
 
     engine = LlamaEngine(default_model, n_ctx=512, n_threads=1)
     service = Service(engine, resolve_pack("smollm2"), metrics=Metrics(engine))

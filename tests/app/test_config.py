@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from app.config import add_engine_arguments, context_size
-from engine.packs import load_pack
+from engine.chat.packs import load_pack
 
 
 def args(*argv: str) -> argparse.Namespace:
@@ -20,7 +20,7 @@ def args(*argv: str) -> argparse.Namespace:
 
 def test_the_trained_context_and_split_caches_by_default(default_model: Path, capsys):
     pack = load_pack("smollm2")
-    assert pack.n_ctx is None  # built-in packs leave the context to engine/context.py
+    assert pack.n_ctx is None  # built-in packs leave the context to backends/llama/kv_plan.py
     assert context_size(args(), pack) == (8192, False)
     err = capsys.readouterr().err
     assert "prism: context 8192 tokens, the model's trained context" in err

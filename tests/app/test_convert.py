@@ -20,7 +20,7 @@ from app.api.convert import (
     validate,
 )
 from app.api.errors import APIError
-from engine.request import Sampling
+from engine.chat.request import Sampling
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"},
                                            "days": {"type": "integer"}},

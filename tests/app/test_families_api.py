@@ -3,7 +3,7 @@ the family's built-in pack (what `prism serve --pack FAMILY --replay FILE` runs)
 official `openai` and `anthropic` SDKs, streamed and whole. Reasoning, content and tool calls
 must come out as the family's parser reads them (the oracle), which must be the reasoning,
 answer and call that the output holds, and the prompt must start the parser where the family's
-template leaves the model (engine/families.py). One subprocess test runs the real CLI.
+template leaves the model (engine/chat/detect.py). One subprocess test runs the real CLI.
 
 A family whose parser is not registered yet (engine/dialects) is skipped, saying so."""
 
@@ -22,10 +22,10 @@ import anthropic
 import openai
 import pytest
 
-from engine import dialects
-from engine.families import BY_DIALECT, detect, start_state
-from engine.packs import resolve_pack
-from engine.request import Message
+from engine.chat.detect import BY_DIALECT, detect, start_state
+from engine.chat.packs import resolve_pack
+from engine.chat.request import Message
+from engine.parse import families as dialects
 from tests.app.conftest import TOOLS, oracle
 from tests.app.test_anthropic import TOOLS as ANTHROPIC_TOOLS
 from tests.app.test_anthropic import blocks, summary
@@ -58,7 +58,7 @@ CASES: dict[str, Case] = {
         '<|message|>{"city": "Paris", "days": 2}<|call|>',
         "Need the weather for Paris.", "Checking."),
     # What the engine really hands over: <|call|> and <|return|> are end-of-generation tokens
-    # in gpt-oss's vocabulary, so the output stops before them (engine/batch.py).
+    # in gpt-oss's vocabulary, so the output stops before them (engine/backends/llama/batch.py).
     "harmony-ended-by-eog": Case(
         "<|channel|>analysis<|message|>Need the weather for Paris.<|end|>"
         "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"

@@ -1,12 +1,12 @@
 """The window over LlamaEngine(parallel=4) on the real default model (issue 13, the window).
 
-Cross-module on purpose (app/gui.py's Inspector wiring over engine/batch.py, inspector/tracks.py
-and widgets/): four requests submitted at once must show as four rows generating in the same
-frame, each in its own slot; each row's panes must hold that request's own tokens and nothing
-of the three beside it, while it runs (pinned) and after; Follow newest / pinning must hold
-with several requests live; and the charts' busy-slots series must see more than one slot busy.
-Frames and chart refreshes are driven by the test (the window's timers are stopped), between
-real waits that let the engine thread work.
+Cross-module on purpose (app/gui.py's Inspector wiring over engine/backends/llama/batch.py,
+inspector/tracks.py and widgets/): four requests submitted at once must show as four rows
+generating in the same frame, each in its own slot; each row's panes must hold that request's own
+tokens and nothing of the three beside it, while it runs (pinned) and after; Follow newest /
+pinning must hold with several requests live; and the charts' busy-slots series must see more than
+one slot busy. Frames and chart refreshes are driven by the test (the window's timers are stopped),
+between real waits that let the engine thread work.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything creates
 
 import pytest
 
+from engine.chat.packs import resolve_pack
+from engine.chat.request import ChatRequest, Message, Sampling
 from engine.metrics import Metrics
-from engine.packs import resolve_pack
-from engine.request import ChatRequest, Message, Sampling
 from engine.service import Service
 from widgets.request_log import SLOT_COL, STATE_COL
 
@@ -38,7 +38,7 @@ QUESTIONS = (
 @pytest.fixture
 def inspector(qtbot, default_model):
     from app.gui import Inspector
-    from engine.llama import LlamaEngine
+    from engine.backends.llama.engine import LlamaEngine
 
     pack = resolve_pack("smollm2")
     engine = LlamaEngine(pack.gguf, n_ctx=2048, parallel=4, n_threads=1)

@@ -3,7 +3,7 @@ item 1) through the Anthropic route to a family pack: Claude Code's captured fir
 (tests/app/data/client_claude_code.json: a user message, then a system message) sent by the
 official `anthropic` SDK to a replay server on the family's built-in pack (what `prism serve
 --pack FAMILY --replay FILE` runs). The prompt must carry the system message where it stands,
-in the family's form (resources/templates/*.jinja, tests/engine/test_family_templates.py),
+in the family's form (resources/templates/*.jinja, tests/engine/chat/test_family_templates.py),
 and the reply is read as the family's parser reads it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import dialects
+from engine.parse import families as dialects
 
 CAPTURE = json.loads((Path(__file__).parent / "data" / "client_claude_code.json")
                      .read_text("utf-8"))

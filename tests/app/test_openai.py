@@ -355,8 +355,8 @@ def test_the_default_pack_shows_the_model_its_tools(serve):
 
 
 def test_a_template_that_ignores_tools_is_said_once_per_request(serve, caplog):
-    from engine.packs import read_gguf_metadata
-    from engine.template import ChatTemplate
+    from engine.chat.template import ChatTemplate
+    from engine.gguf import read_gguf_metadata
 
     live = serve("ok", "ok", "ok", pack="smollm2")
     # The default model's own GGUF template: plain ChatML, which never renders `tools`.

@@ -1,8 +1,8 @@
 """The server over LlamaEngine(parallel=4) on the real default model: 16 SDK clients at once.
 
-Cross-module on purpose (app/api over engine/batch.py): four requests decode together, twelve
-wait FIFO, and every one of the sixteen replies must come back complete and well-formed,
-streamed or not, with the slots and their use visible in /metrics.
+Cross-module on purpose (app/api over engine/backends/llama/batch.py): four requests decode
+together, twelve wait FIFO, and every one of the sixteen replies must come back complete and
+well-formed, streamed or not, with the slots and their use visible in /metrics.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 
 from app.api.server import ServerThread
 from app.api.state import AppState, ServerConfig
+from engine.chat.packs import resolve_pack
 from engine.metrics import Metrics
-from engine.packs import resolve_pack
 from engine.service import Service
 
 pytestmark = pytest.mark.model
@@ -23,11 +23,11 @@ pytestmark = pytest.mark.model
 
 @pytest.fixture(scope="module")
 def live(default_model):
-    from engine.llama import LlamaEngine
+    from engine.backends.llama.engine import LlamaEngine
 
     pack = resolve_pack("smollm2")
     # Split caches: the layout `prism serve` picks where four fit the memory budget (the
-    # unified pool is covered by tests/engine/test_batch.py).
+    # unified pool is covered by tests/engine/backends/llama/test_batch.py).
     engine = LlamaEngine(pack.gguf, n_ctx=2048, parallel=4, n_threads=1, kv_unified=False)
     service = Service(engine, pack, metrics=Metrics(engine))
     server = ServerThread(AppState(service=service, config=ServerConfig())).start()

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from app.preflight import check_template
-from engine.packs import resolve_pack
+from engine.chat.packs import resolve_pack
 
 GOOD = resolve_pack("qwen3-xml", require_model=False)
 

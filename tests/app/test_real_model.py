@@ -7,8 +7,8 @@ import pytest
 
 from app.api.server import ServerThread
 from app.api.state import AppState, ServerConfig
+from engine.chat.packs import resolve_pack
 from engine.metrics import Metrics
-from engine.packs import resolve_pack
 from engine.service import Service
 
 pytestmark = pytest.mark.model
@@ -18,7 +18,7 @@ ASK = [{"role": "user", "content": "Say hello."}]
 
 @pytest.fixture(scope="module")
 def live(default_model):
-    from engine.llama import LlamaEngine
+    from engine.backends.llama.engine import LlamaEngine
 
     pack = resolve_pack("smollm2")
     engine = LlamaEngine(pack.gguf, n_ctx=1024)
@@ -84,8 +84,9 @@ def test_responses_on_the_real_model(clients, live):
 def test_claude_code_on_a_context_its_prompt_does_not_fit(live):
     # Claude Code's captured first request (24 tools, max_tokens 64000) is about 20k tokens
     # with SmolLM2's tokenizer: more than this server's 1,024 (and the default 8,192). It is
-    # refused before it is tokenized whole (engine/vocab.py's bound, "at least"), and the
-    # message names the prompt, not the max_tokens that would have been clamped (issue 9, 5).
+    # refused before it is tokenized whole (engine/backends/llama/vocab.py's bound, "at least"),
+    # and the message names the prompt, not the max_tokens that would have been clamped (issue 9,
+    # 5).
     import httpx
 
     from tests.app.conftest import captured

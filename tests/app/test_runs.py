@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.events import TOOL_CALL
+from engine.parse.events import TOOL_CALL
 from tests.app.conftest import TOOLS, xml_call
 from tests.app.test_anthropic import blocks, streamed_and_whole
 from tests.app.test_openai import collect, whole

@@ -111,7 +111,8 @@ def test_a_real_model_leaves_the_terminal_its_lines(default_model):
     assert "prism: context 8192 tokens, the model's trained context; its KV cache takes " \
         "180 MiB" in err
     # --parallel 4 (the default): four caches of the whole context fit a quarter of the memory
-    # on any machine with 2.9 GiB or more, so each sequence gets its own (engine/context.py).
+    # on any machine with 2.9 GiB or more, so each sequence gets its own
+    # (engine/backends/llama/kv_plan.py).
     assert "prism: 4 parallel sequences, one KV cache per sequence: 4 caches of 180 MiB fit " \
         "the memory budget of" in err
     assert "[prism] context: 8192 tokens for each of 4 sequences (split KV caches, 720 MiB)" \

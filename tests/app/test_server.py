@@ -12,9 +12,9 @@ import httpx
 import openai
 import pytest
 
-from engine.base import Finish, Timings, Token
-from engine.recording import Recorder
-from engine.request import ChatRequest, Message
+from engine.backends.base import Finish, Timings, Token
+from engine.chat.request import ChatRequest, Message
+from engine.record.recording import Recorder
 from tests.app.conftest import captured, sdk_kwargs
 from tests.support import wait_until
 

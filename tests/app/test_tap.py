@@ -22,13 +22,18 @@ import pytest
 
 from app.api.tap import TapEngine
 from app.api.tap_readers import Synth, format_call
-from engine.events import UPSTREAM_LEAK
-from engine.packs import resolve_pack
-from engine.recording import read_session
-from engine.upstream import UpstreamEngine
+from engine.backends.upstream.engine import UpstreamEngine
+from engine.chat.packs import resolve_pack
+from engine.parse.events import UPSTREAM_LEAK
+from engine.record.recording import read_session
 from tests.app.conftest import TOOLS, Live, hang_up_mid_stream, xml_call
 from tests.app.test_openai import ASK, collect
-from tests.engine.scripted_upstream import Reply, ScriptedUpstream, Seen, free_port
+from tests.engine.backends.upstream.scripted_upstream import (
+    Reply,
+    ScriptedUpstream,
+    Seen,
+    free_port,
+)
 
 OUTPUT = "I should check.\n</think>\n\nLet me look it up.\n" + xml_call("get_weather",
                                                                          city="Paris")

@@ -1,4 +1,4 @@
-"""app/api/tool_choice.py and engine/tool_grammar/: tool_choice in the three APIs' spellings,
+"""app/api/tool_choice.py and engine/grammar/: tool_choice in the three APIs' spellings,
 refused when unknown and enforced with a grammar in the pack's dialect when it forces a call;
 and the other "accepted but wrong" inputs of issue 10, item 6 (max_completion_tokens 0,
 tool schemas that are not JSON Schemas, image parts, --max-queue 0).
@@ -33,7 +33,7 @@ def parses(default_model):
     parses the text, so it cannot serve as the check.)"""
     import llama_cpp as C
 
-    from engine.vocab import Vocab
+    from engine.backends.llama.vocab import Vocab
 
     vocab = Vocab(default_model)
 
@@ -168,10 +168,10 @@ def test_hermes_packs_get_a_json_call_grammar(serve, parses):
 
 
 def test_a_harmony_pack_is_forced_in_harmonys_own_call_format(serve, caplog, parses):
-    # Every family has its own forced-call grammar (engine/tool_grammar/): a harmony pack
+    # Every family has its own forced-call grammar (engine/grammar/): a harmony pack
     # samples under gpt-oss's commentary-channel call, never Hermes' <tool_call>, and nothing
     # says the choice is not enforced. The replay engine has no vocabulary, so the markers are
-    # text here (tests/engine/test_tool_grammar.py samples the grammars on the real model).
+    # text here (tests/engine/grammar/test_tools.py samples the grammars on the real model).
     call = ("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
             '{"city": "Paris"}<|call|>')
     live = serve(call, call, pack="harmony")
@@ -196,9 +196,9 @@ def test_the_real_model_calls_when_told_to(default_model):
     """SmolLM2 on its own rarely writes a call for this prompt; under the grammar it must."""
     from app.api.server import ServerThread
     from app.api.state import AppState, ServerConfig
-    from engine.llama import LlamaEngine
+    from engine.backends.llama.engine import LlamaEngine
+    from engine.chat.packs import resolve_pack
     from engine.metrics import Metrics
-    from engine.packs import resolve_pack
     from engine.service import Service
 
     pack = resolve_pack("smollm2")

@@ -2,7 +2,8 @@
 
 - Upstream = another Prism serving a replay: every parser rule's case through raw mode gives
   what the same output gives served locally; the template comes from the upstream's /props.
-- Upstream = the scripted upstream (tests/engine/scripted_upstream.py): its errors reach the
+- Upstream = the scripted upstream (tests/engine/backends/upstream/scripted_upstream.py): its
+errors reach the
   caller in the caller's dialect, or as a final error event once streaming began (and the
   recording keeps what came); 429 past the in-flight limit; a client that leaves closes the
   upstream stream; /health follows the upstream's reachability.
@@ -29,13 +30,13 @@ import openai
 import pytest
 
 from app.upstream import upstream_pack
-from engine.families import preserved_tokens
-from engine.recording import read_session
-from engine.replay import ReplayEngine
-from engine.upstream import UpstreamEngine
+from engine.backends.upstream.engine import UpstreamEngine
+from engine.chat.detect import preserved_tokens
+from engine.record.recording import read_session
+from engine.record.replay import ReplayEngine
 from tests.app.conftest import TOOLS, Live, hang_up_mid_stream
 from tests.app.test_openai import ASK, CASES, collect, comparable, expected, whole
-from tests.engine.scripted_upstream import (
+from tests.engine.backends.upstream.scripted_upstream import (
     MODEL,
     Reply,
     ScriptedUpstream,

@@ -23,13 +23,13 @@ import pytest
 from app.api.server import ServerThread
 from app.api.state import AppState, ServerConfig
 from app.upstream import upstream_pack
+from engine.backends.upstream.engine import UpstreamEngine
+from engine.chat.packs import resolve_pack
 from engine.metrics import Metrics
-from engine.packs import resolve_pack
-from engine.recording import Recorder, read_session
+from engine.record.recording import Recorder, read_session
 from engine.service import Service
-from engine.upstream import UpstreamEngine
 from tests.app.conftest import Live
-from tests.engine.scripted_upstream import free_port
+from tests.engine.backends.upstream.scripted_upstream import free_port
 
 pytestmark = pytest.mark.model
 
@@ -123,7 +123,7 @@ def json_chat(url: str) -> dict:
 
 
 def test_grammar_forced_output_parses_as_on_the_local_engine(front, default_model):
-    from engine.llama import LlamaEngine
+    from engine.backends.llama.engine import LlamaEngine
 
     remote = json_chat(front.url)
     pack = resolve_pack("smollm2")
@@ -223,8 +223,8 @@ def test_tap_in_front_of_llama_cpp_server(upstream, tmp_path):
 def test_each_streamed_token_carries_the_upstreams_logprobs(upstream):
     import threading
 
-    from engine.base import Job
-    from engine.request import Sampling
+    from engine.backends.base import Job
+    from engine.chat.request import Sampling
 
     engine = UpstreamEngine(upstream.url)
     tokens, done = [], threading.Event()

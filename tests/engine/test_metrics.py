@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from engine.base import Timings
-from engine.events import ANOMALY_KINDS
+from engine.backends.base import Timings
 from engine.metrics import SERIES, Metrics
+from engine.parse.events import ANOMALY_KINDS
 
 
 def _run(m: Metrics, rid: str, t0: float, n: int = 5, api: str = "openai") -> Timings:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from engine.base import Finish, Timings, Token
-from engine.events import merge, result_of
+from engine.backends.base import Finish, Timings, Token
 from engine.metrics import Metrics
-from engine.parser import OutputParser
+from engine.parse.events import merge, result_of
+from engine.parse.parser import OutputParser
 from engine.pipeline import TokenPipeline
-from engine.recording import Recorder, read_session
+from engine.record.recording import Recorder, read_session
 from tests.support import Clock
 
 PIECES = ["The user wants", " the weather.\n<tool", "_call>\n<function=get_weather>\n",

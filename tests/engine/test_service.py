@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-from engine.events import TOOL_CALL, merge, result_of
+from engine.chat.packs import resolve_pack
+from engine.chat.request import ChatRequest, Message, Sampling
 from engine.metrics import Metrics
-from engine.packs import resolve_pack
-from engine.recording import read_session
-from engine.request import ChatRequest, Message, Sampling
+from engine.parse.events import TOOL_CALL, merge, result_of
+from engine.record.recording import read_session
 from engine.service import ContextOverflow, Service
 
 TOOLS = (
@@ -147,7 +147,7 @@ city ::= [A-Z] [a-z]{2,8}
 
 @pytest.fixture(scope="module")
 def llama_service(default_model):
-    from engine.llama import LlamaEngine
+    from engine.backends.llama.engine import LlamaEngine
 
     gguf = default_model
     engine = LlamaEngine(gguf, n_ctx=2048)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.base import Finish, Timings, Token
-from engine.events import merge, result_of
-from engine.parser import OutputParser
-from engine.recording import Recorder, read_session
-from engine.replay import split_text
+from engine.backends.base import Finish, Timings, Token
+from engine.parse.events import merge, result_of
+from engine.parse.parser import OutputParser
+from engine.record.recording import Recorder, read_session
+from engine.record.replay import split_text
 from inspector.playback import Playback
 from inspector.tracks import TrackStore
 from tests.support import DEMO, Clock

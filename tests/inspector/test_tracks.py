@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from engine.base import Token
-from engine.events import Event
-from engine.request import ChatRequest, Message
+from engine.backends.base import Token
+from engine.chat.request import ChatRequest, Message
+from engine.parse.events import Event
 from inspector.tracks import LiveFeed, Track, TrackStore
 
 
@@ -118,7 +118,7 @@ def test_reparse_under_other_settings_and_a_stable_fixture():
 
 
 def test_a_request_whose_tools_were_not_shown_is_marked(replay_service):
-    from engine.template import ChatTemplate
+    from engine.chat.template import ChatTemplate
 
     svc = replay_service("ok")
     svc.template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
@@ -143,7 +143,7 @@ def test_live_feed_sees_a_slot_granted_between_updates(replay_service, monkeypat
     (track,) = feed.poll()
     assert (track.status, track.slot, track.in_prompt) == ("queued", -1, False)
     assert feed.poll() == []  # nothing changed
-    held[0].slot = 3  # what engine/batch.py does when it admits the job
+    held[0].slot = 3  # what engine/backends/llama/batch.py does when it admits the job
     assert feed.poll() == [track]
     assert (track.status, track.slot, track.in_prompt) == ("queued", 3, True)
     submit(held[0])  # the replay engine now plays it (and reports no slot of its own)

@@ -9,8 +9,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything creates
 
 import pytest
 
-from engine.events import result_of
-from engine.parser import OutputParser
+from engine.parse.events import result_of
+from engine.parse.parser import OutputParser
 from inspector.playback import Playback
 from inspector.tracks import TrackStore
 from tests.support import DEMO, Clock, recorded_failures  # noqa: F401 - widget tests import them

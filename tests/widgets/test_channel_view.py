@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from engine.events import IMPLICIT_REASONING_END, REPAIRED_CALL, STRAY_THINK_END, merge
+from engine.parse.events import IMPLICIT_REASONING_END, REPAIRED_CALL, STRAY_THINK_END, merge
 from tests.widgets.conftest import DEMO, fragments, play_all, recorded_failures
 from widgets.request_log import ANOMALIES_COL, FINISH_COL
 from widgets.theme import ANOMALY, HELD, STATE

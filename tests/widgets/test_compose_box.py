@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from engine.chat.packs import load_pack
 from engine.metrics import Metrics
-from engine.packs import load_pack
 from engine.service import Service
 from inspector.tracks import LiveFeed, TrackStore
 
@@ -59,7 +59,7 @@ def test_bad_tools_json_is_shown_not_sent(qtbot, answering):
 
 @pytest.mark.model
 def test_compose_runs_a_real_request_on_the_default_model(qtbot, default_model):
-    from engine.llama import LlamaEngine
+    from engine.backends.llama.engine import LlamaEngine
 
     pack = load_pack("smollm2")
     engine = LlamaEngine(default_model, n_ctx=1024)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine import dialects
+from engine.parse import families as dialects
 from tests.app.conftest import TOOLS
 from tests.widgets.conftest import fixture_result, fragments
 from widgets.theme import COLOURS, HELD, STATE, formats
@@ -24,7 +24,7 @@ ARGS = '{"city": "Paris", "days": 2}'
 @dataclass(frozen=True)
 class Family:
     output: str
-    start: str  # where the family's prompt leaves the parser (engine/families.py)
+    start: str  # where the family's prompt leaves the parser (engine/chat/detect.py)
     reasoning: str  # "" for a family without reasoning
     content: str
     markers: tuple[str, ...]  # every marker the output holds: drawn as tags in the raw view

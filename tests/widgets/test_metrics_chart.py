@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.events import IMPLICIT_REASONING_END, STRAY_THINK_END
+from engine.parse.events import IMPLICIT_REASONING_END, STRAY_THINK_END
 from tests.widgets.conftest import DEMO
 from widgets.metrics_chart import RingBuffer
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.events import SPECIAL_TOKEN_IN_CONTENT
-from engine.packs import resolve_pack
-from engine.request import Message
-from engine.special import mark
+from engine.chat.packs import resolve_pack
+from engine.chat.request import Message
+from engine.chat.special import mark
+from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT
 from inspector.tracks import Track
 from tests.widgets.conftest import fragments
 from widgets.theme import ANOMALY, STATE

@@ -8,7 +8,7 @@ import time
 
 from PySide6.QtCore import Qt
 
-from engine.base import Timings, Token
+from engine.backends.base import Timings, Token
 from inspector.tracks import Track
 from widgets.request_log import (
     ANOMALIES_COL,

@@ -1,0 +1,111 @@
+"""The engine protocol: what every token source (llama.cpp, replay, an upstream server) offers
+the service.
+
+Owns `Token`, `Job`, `Timings`, `Finish` and the `Engine` protocol. An engine takes jobs in FIFO
+order (llama.cpp runs up to `parallel` of them at once; an upstream sends each as it comes) on
+a thread of its own, and streams tokens back through the job's callbacks, called on that
+thread (docs/design.md, sections 3 and 5). No Qt, no HTTP.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engine.chat.request import ChatRequest, Sampling
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One decoded token. `text` is split at UTF-8 boundaries (never half a character);
+    `t` is time.perf_counter() when it was decoded. `top` holds (text, logprob) alternatives
+    when the job asked for them."""
+
+    id: int
+    text: str
+    t: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Per-job timings in milliseconds (llama.cpp's server reports the same figures)."""
+
+    queue_ms: float = 0.0
+    prompt_ms: float = 0.0
+    ttft_ms: float = 0.0
+    decode_ms: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    slot: int = -1  # the engine's parallel sequence that served it (-1: none, or no slots)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens * 1000.0 / self.decode_ms if self.decode_ms > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """How a job ended: reason is "stop", "length", "cancelled" or "error"."""
+
+    reason: str
+    timings: Timings
+    error: str | None = None
+    stop_sequence: str | None = None  # the stop string that ended the job, if one did
+    status: int | None = None  # an "error" that stands for an HTTP status (an upstream's)
+
+
+@dataclass(eq=False)
+class Job:
+    """One generation. The engine calls `on_token` for each token and `on_finish` once, both
+    on its own thread. `cancel()` may be called from any thread; the engine stops at the next
+    token."""
+
+    prompt: str
+    max_tokens: int | None = None
+    prompt_ids: tuple[int, ...] = ()  # the prompt's tokens when the caller has them
+    sampling: Sampling = field(default_factory=Sampling)
+    stop: tuple[str, ...] = ()
+    grammar: str | None = None
+    top_logprobs: int = 0
+    on_token: Callable[[Token], None] = lambda tok: None
+    on_finish: Callable[[Finish], None] = lambda fin: None
+    submitted_at: float = 0.0
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # The parallel sequence serving it, set by the engine when it takes the job (-1: waiting,
+    # or an engine without slots); read by the window while the job runs (Timings.slot after).
+    slot: int = -1
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class Engine(Protocol):
+    """A token source. `submit` never blocks; jobs run FIFO on the engine's thread."""
+
+    name: str
+    n_ctx: int
+    ready: threading.Event  # set once the model is loaded (at once for replay)
+    load_error: str | None
+    state: str  # "loading" | "idle" | "generating" | "error" | "closed"
+    # The texts of the vocabulary's special tokens, where the engine has a vocabulary (llama.cpp);
+    # () for the others (replay, upstream): engine/chat/special.py then looks for the usual shapes.
+    special_texts: tuple[str, ...]
+
+    def submit(self, job: Job) -> None: ...
+
+    def prepare(self, job: Job, request: ChatRequest) -> tuple[str, str] | None:
+        """Called by the service before `submit`, with the request the job answers. An engine
+        that plays recorded outputs (engine/record/replay.py) chooses the job's output here and
+        returns the (start state, dialect) it was recorded with, so it is parsed as it was
+        live ("" dialect: the pack's); an engine that generates returns None."""
+        ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def queue_depth(self) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,188 @@
+"""LlamaEngine: one llama.cpp model serving up to N requests at once from one worker thread.
+
+Owns the engine's public face and its worker loop. The model, its context and the N sequences
+(engine/backends/llama/batch.py, engine/backends/llama/slots.py) are created, used and freed only
+on the daemon worker thread ("prism-llama"), which admits waiting jobs into free slots, decodes one
+batch per step for all of them, and calls each job's `on_token` / `on_finish` callbacks on that
+thread. Other threads may call `submit`, `tokenize`, `detokenize`, `queue_depth`, `busy_slots`,
+`state` and `close`. The queue / worker / cancel / close half (`QueuedEngine`) and the UTF-8 and
+stop-string half (`StopGate`) live in engine/backends/queued.py, shared with
+engine/record/replay.py.
+
+Choices made on purpose (docs/design.md, sections 3 and 5):
+
+- `parallel` sequences share one context, each with a KV cache of its own (`kv_unified=False`)
+  or all in one pool of `n_ctx` cells (engine/backends/llama/kv_plan.py chooses for the app); jobs
+  wait FIFO while every slot is busy (the server answers 429 past `--max-queue` waiting ones).
+  `parallel=1` is the old one-at-a-time engine:
+  same sampler chain, same KV reuse, same speed.
+- Tokenizing from other threads goes through engine/backends/llama/vocab.py: a second, vocab-only
+model
+  behind its own lock (it never waits for a generation), linear in the text, with a cheap lower
+  bound that refuses a prompt that cannot fit before tokenizing it (`tokenize(text, limit)`).
+- Special tokens are detokenized without their text (llama-server's default): end-of-turn
+  markers never leak into the output. Exactly the tokens in `preserved` (the pack's dialect
+  lists them: gpt-oss's `<|channel|>`, Kimi's `<|tool_call_begin|>`) render as text. The
+  end-of-generation token ends the job ("stop") and is neither reported nor counted.
+- Probability mode costs ~0.4 ms a token for k=5..20 on the default model (n_vocab 49152,
+  2-core box), against ~22 ms to decode one: under 2%.
+- Threads: n_threads=None keeps llama-cpp-python's default (half the logical CPUs for decode,
+  all of them for batches). On the 2-core dev box one decode thread gives ~40 tokens/s and
+  holds up when other processes compete; two give ~55-64 when the machine is idle but collapse
+  to ~10-20 under load (llama.cpp's threads spin-wait for each other). Note that a step
+  decoding several sequences is a batch, so it uses the batch thread count.
+- Timings: queue_ms = slot granted - submission; prompt_ms = slot granted to end of prompt
+  decode (chunks shared with other sequences included); ttft_ms = first token - submission
+  (what a client waits); decode_ms = end of prompt decode to last token.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from engine.backends.base import Finish, Job, Timings
+from engine.backends.llama.vocab import PromptTooLong, Vocab
+from engine.backends.queued import GENERATING, IDLE, QueuedEngine, StopGate
+
+__all__ = ["LlamaEngine", "PromptTooLong", "QueuedEngine", "StopGate"]
+
+log = logging.getLogger("prism")
+
+
+class LlamaEngine(QueuedEngine):
+    """The Engine protocol over llama-cpp-python's low-level API. See the module docstring."""
+
+    def __init__(
+        self,
+        model_path: Path | str,
+        *,
+        n_ctx: int = 4096,
+        parallel: int = 1,
+        n_gpu_layers: int = 0,
+        n_threads: int | None = None,
+        prefill_chunk: int | None = None,
+        preserved: Sequence[str] = (),
+        kv_unified: bool = True,
+        verbose: bool = False,
+    ):
+        self.model_path = Path(model_path)
+        if not self.model_path.is_file():
+            raise FileNotFoundError(f"model not found: {self.model_path}")
+        if parallel < 1:
+            raise ValueError(f"parallel must be at least 1, not {parallel}")
+        self.name = self.model_path.stem
+        self.n_ctx = n_ctx  # what one request may use (a pool is shared, never sliced)
+        self.parallel = parallel
+        self.kv_bytes = 0  # the KV cache's size, known once loaded
+        # Raises here on a file that is no GGUF.
+        self._vocab = Vocab(self.model_path, preserved=preserved)
+        if self._vocab.preserved_texts:
+            log.info("[prism] special tokens kept as text: %s",
+                     " ".join(self._vocab.preserved_texts))
+        self._batcher = None  # the worker thread's alone
+        self._options = {"n_ctx": n_ctx, "parallel": parallel, "n_gpu_layers": n_gpu_layers,
+                         "n_threads": n_threads, "kv_unified": kv_unified, "verbose": verbose}
+        if prefill_chunk:
+            self._options["prefill_chunk"] = prefill_chunk
+        self._start_worker("prism-llama")
+
+    # -- any thread ------------------------------------------------------------------------
+
+    def tokenize(self, text: str, limit: int | None = None,
+                 plain: Sequence[tuple[int, int]] = ()) -> list[int]:
+        """The prompt's tokens. Any thread, never waits for a generation; linear in the text.
+        With `limit`, raises PromptTooLong (a ValueError) once the prompt is known to have
+        `limit` tokens or more, often before tokenizing it at all. Special tokens written
+        inside the `plain` (start, end) spans stay text (--escape-special)."""
+        return self._vocab.tokenize(text, limit, plain)
+
+    @property
+    def special_texts(self) -> tuple[str, ...]:
+        """The texts of the vocabulary's special tokens (engine/chat/special.py marks them)."""
+        return self._vocab.special_texts
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self._vocab.detokenize(ids)
+
+    def busy_slots(self) -> int:
+        """Sequences serving a job now (0..parallel)."""
+        b = self._batcher
+        return b.busy if b is not None else 0
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel the running and waiting jobs, stop the worker, free the model."""
+        super().close(timeout)
+        self._vocab.close()
+
+    # -- worker thread ---------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        from engine.backends.llama.batch import Batcher
+
+        self._batcher = Batcher(self.model_path, self._vocab, self._job_done, **self._options)
+        self.kv_bytes = self._batcher.kv_bytes()
+        b = self._batcher
+        if b.kv_unified:
+            log.info("[prism] context: %d tokens, shared by %d sequence%s (unified KV cache, "
+                     "%.0f MiB)", b.n_cells, self.parallel, "s" if self.parallel > 1 else "",
+                     self.kv_bytes / 2**20)
+        else:
+            log.info("[prism] context: %d tokens for each of %d sequences (split KV caches, "
+                     "%.0f MiB)", b.n_ctx_seq, self.parallel, self.kv_bytes / 2**20)
+
+    def _teardown(self) -> None:
+        if self._batcher is not None:
+            self._batcher.close()
+            self._batcher = None
+
+    def _job_done(self, job: Job, fin: Finish) -> None:
+        try:
+            job.on_finish(fin)
+        except Exception:
+            log.exception("[prism] on_finish callback failed")
+        finally:
+            self._done(job)
+
+    def _loop(self) -> None:
+        b = self._batcher
+        if b is None:  # the load failed: the plain loop answers every job with load_error
+            super()._loop()
+            return
+        while True:
+            while b.has_free_slot():
+                job = self._take(block=not b.busy)
+                if job is None:
+                    if not b.busy:
+                        return  # closed
+                    break
+                if self._closed:  # close() may have missed it between _take() and here
+                    job.cancel()
+                try:
+                    admitted = b.admit(job)
+                except Exception as e:  # e.g. a prompt that cannot be tokenized
+                    self._fail_job(job, e)
+                    continue
+                if not admitted:  # the pool has no room for its prompt yet
+                    self._put_back(job)
+                    break
+            self.state = GENERATING if b.busy else IDLE
+            if b.busy:
+                try:
+                    b.step()
+                except Exception as e:  # a bug here must not kill the worker: end its jobs
+                    log.exception("[prism] decode step failed")
+                    b.fail_all(f"{type(e).__name__}: {e}")
+            for job in self._take_cancelled():  # they leave the queue now, not at their turn
+                self._job_done(job, Finish("cancelled", Timings(queue_ms=self._waited(job))))
+            self.state = GENERATING if b.busy else IDLE
+
+    def _fail_job(self, job: Job, e: Exception) -> None:
+        log.warning("[prism] job failed: %s: %s", type(e).__name__, e)
+        self._job_done(job, Finish("error", Timings(), f"{type(e).__name__}: {e}"))
+
+    @staticmethod
+    def _waited(job: Job) -> float:
+        return (time.perf_counter() - job.submitted_at) * 1000.0 if job.submitted_at else 0.0

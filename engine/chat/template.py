@@ -1,0 +1,355 @@
+"""Chat template rendering: a request's messages and tools → the prompt text a model sees.
+
+Owns `ChatTemplate` (a jinja2 chat template compiled in a sandbox), `TemplateError`,
+`start_state` (does the rendered prompt leave the model inside `<think>`?) and
+`repair_history` (close a thinking block that swallowed a tool call in an earlier turn).
+Pure Python, no I/O; it runs on whichever thread builds the request (the asyncio loop for the
+server, the GUI thread for the compose box). A compiled `ChatTemplate` is immutable and can be
+shared between threads.
+
+Rendering follows transformers' `apply_chat_template` on purpose, so a template behaves here as
+it does on the Hub: `ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`, the
+`loopcontrols` extension, transformers' `tojson` (no HTML escaping, non-ASCII kept), the
+`raise_exception` and `strftime_now` globals, `tools=None` when there are none, and the special
+tokens passed as variables. tests/engine/chat/golden/chat_golden.json pins that byte for byte.
+
+Shortcut taken on purpose: unlike transformers, an attribute the sandbox refuses (`__class__`)
+fails the render instead of printing as an empty string; an inspector should say so loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+from engine.chat import detect as families
+from engine.chat.request import Message
+from engine.parse import families as dialects
+from engine.parse.families.common import FULL, skip_ws
+from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN
+
+
+class TemplateError(Exception):
+    """A chat template could not be compiled or rendered (syntax error, sandbox refusal,
+    the template's own `raise_exception`, or any error raised while rendering)."""
+
+
+class _Raised(jinja2.TemplateError):
+    """What `raise_exception(...)` throws inside a template, told apart from jinja's own."""
+
+
+def _tojson(x: Any, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    # transformers replaces jinja's tojson, which HTML-escapes `<>&'` and would change prompts.
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _raise_exception(message: str) -> None:
+    raise _Raised(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _GenerationTag(Extension):
+    """`{% generation %}…{% endgeneration %}`: transformers uses it to mark assistant tokens for
+    training masks. Rendering only needs the body, so the tag is accepted and dropped."""
+
+    tags = {"generation"}  # noqa: RUF012 (jinja's Extension API wants a plain class attribute)
+
+    def parse(self, parser: Any) -> list[nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+class _Undefined(jinja2.Undefined):
+    """Plain `Undefined`, except that a value the sandbox refused cannot be printed, iterated
+    or tested: `{{ ''.__class__ }}` raises instead of rendering as nothing."""
+
+    __slots__ = ()
+
+    def _refuse_unsafe(self) -> None:
+        if self._undefined_exception is SecurityError:
+            self._fail_with_undefined_error()
+
+    def __str__(self) -> str:
+        self._refuse_unsafe()
+        return super().__str__()
+
+    def __iter__(self):  # type: ignore[override]
+        self._refuse_unsafe()
+        return super().__iter__()
+
+    def __bool__(self) -> bool:
+        self._refuse_unsafe()
+        return super().__bool__()
+
+    def __len__(self) -> int:
+        self._refuse_unsafe()
+        return super().__len__()
+
+
+class _Namespace(jinja2.utils.Namespace):
+    """`namespace()` that refuses underscore names, as transformers' does: a template must not
+    reach the namespace's own storage (`_Namespace__attrs`) through `{% set ns._x = … %}`."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # jinja's signature trick, kept
+        self, rest = args[0], args[1:]
+        attrs = dict(*rest, **kwargs)
+        for name in attrs:
+            _Namespace._check(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _Namespace._check(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(f"a template may not set {name!r} on a namespace")
+
+
+class _Dict:
+    """The `dict` global without the type object behind it (transformers does the same)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+        return dict.fromkeys(*args, **kwargs)
+
+
+def _make_env() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[loopcontrols, _GenerationTag],
+        undefined=_Undefined,
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _Dict()
+    env.globals["namespace"] = _Namespace
+    return env
+
+
+# One environment for all templates: it holds no per-render state, and jinja's environment is
+# safe to share between threads once configured.
+_ENV = _make_env()
+
+
+class ChatTemplate:
+    """A compiled chat template. `render` repairs the history (see `repair_history`), then
+    renders it the way transformers' `apply_chat_template(tokenize=False)` does."""
+
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "",
+                 dialect: str = "auto") -> None:
+        self.source = source
+        self.dialect = dialect  # whose calls history repair looks for
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        try:
+            self._template = _ENV.from_string(source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc}") from exc
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[dict] = (),
+        add_generation_prompt: bool = True,
+        enable_thinking: bool | None = None,
+        extra: dict | None = None,
+        continue_final: bool = False,
+    ) -> str:
+        """Render `messages` (repaired first) with OpenAI-shaped `tools`. `enable_thinking` is
+        passed to the template only when set, so a template's own default applies otherwise;
+        `extra` adds template variables (e.g. `reasoning_effort`).
+
+        `continue_final`: the last message is an assistant turn to continue, not to close (a
+        prefill: Anthropic's semantics, vLLM's `continue_final_message`). The conversation is
+        rendered whole and cut right after that turn's text, as transformers does, so the
+        prompt ends where the text ends (inside `<think>` when the prefill left it open). A
+        final turn with no text (or only reasoning the template does not show) is dropped
+        and a generation prompt added instead."""
+        variables: dict[str, Any] = {
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            **(extra or {}),
+        }
+        if enable_thinking is not None:
+            variables["enable_thinking"] = enable_thinking
+        # transformers passes tools=None, not [], when a request has none; templates such as
+        # Llama 3.1's test `tools is not none`, so the difference shows in the prompt.
+        tool_list = [dict(t) for t in tools] or None
+        messages = repair_history(messages, self.dialect)
+        if not continue_final or not messages or messages[-1].role != "assistant":
+            return self._render(messages, tool_list, add_generation_prompt, variables)
+        final = messages[-1]
+        text = final.content if final.content.strip() else (final.reasoning_content or "")
+        rendered = self._render(messages, tool_list, False, variables) if text.strip() else ""
+        if text.strip() and (text.strip() in rendered or final.content.strip()):
+            return _cut_after(rendered, text)
+        # Nothing to continue: no text, or reasoning alone that this template does not show.
+        return self._render(messages[:-1], tool_list, True, variables)
+
+    def _render(self, messages: Sequence[Message], tools: list[dict] | None,
+                add_generation_prompt: bool, variables: dict[str, Any]) -> str:
+        try:
+            return self._template.render(
+                messages=[_template_message(m) for m in messages],
+                tools=tools,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **variables,
+            )
+        except SecurityError as exc:
+            raise TemplateError(f"chat template tried to leave the sandbox: {exc}") from exc
+        except _Raised as exc:
+            raise TemplateError(f"chat template refused the request: {exc}") from exc
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"chat template failed: {exc}") from exc
+        except Exception as exc:  # a template can raise anything its expressions can (TypeError…)
+            raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+
+    @functools.cached_property
+    def renders_tools(self) -> bool:
+        """Whether the template shows a request's tools to the model at all. ChatML as most
+        GGUFs carry it never renders `tools`: the model then cannot call anything, and nothing
+        says why (issue 9, item 4). Probed once, with one made-up tool."""
+        chat = (Message("user", "?"),)
+        probe = ({"type": "function", "function": {
+            "name": "prism_probe_tool", "description": "probe",
+            "parameters": {"type": "object", "properties": {}}}},)
+        try:
+            return "prism_probe_tool" in self.render(chat, tools=probe)
+        except TemplateError:
+            return True  # a template that cannot render this probe: do not claim anything
+
+
+def _cut_after(rendered: str, text: str) -> str:
+    """The rendered prompt cut right after the final turn's `text` (templates may strip its
+    leading or trailing whitespace, so the stripped text is looked for, last occurrence)."""
+    at = rendered.rfind(text.strip())
+    if at < 0:
+        raise TemplateError("chat template does not render the final assistant message's "
+                            "text, so it cannot be continued")
+    body = text.lstrip()
+    if rendered.startswith(body, at):  # the template kept its trailing whitespace: keep it too
+        return rendered[: at + len(body)]
+    return rendered[: at + len(text.strip())]
+
+
+def _template_message(message: Message) -> dict[str, Any]:
+    d = message.to_template()
+    if message.reasoning_content is not None:
+        # transformers (5.x) also offers the reasoning as `thinking`, the name gpt-oss reads.
+        d = {"thinking": message.reasoning_content, **d}
+    return d
+
+
+def start_state(prompt: str) -> str:
+    """'reasoning' when the prompt ends inside an open `<think>` (the template opened it for
+    the model), else 'content'. Trailing whitespace is ignored."""
+    text = prompt.rstrip()
+    opened = text.rfind(THINK_OPEN)
+    return "reasoning" if opened != -1 and opened > text.rfind(THINK_CLOSE) else "content"
+
+
+# --- history repair -------------------------------------------------------------------------
+# A model sometimes writes a complete tool call inside its thinking without `</think>` first
+# (tests/fixtures/recorded_tool_call_in_thinking.json holds four real cases). If that turn
+# comes back in the history as is, the model is shown, as an example, a call inside `<think>`.
+# The repair closes the thinking right before the call. The shipped Qwen3 templates do the same
+# in jinja (with the same string operations, so GGUF users of the template get it too); both
+# must agree, and applying it twice changes nothing.
+
+
+def _is_opener(after_tag: str) -> bool:
+    """After `<tool_call>` and optional whitespace: a dialect's opener (`<function=` for Qwen
+    XML, `{"name"` for Hermes JSON), decided by the dialects themselves, as the parser does."""
+    j = skip_ws(after_tag, 0)
+    return j >= 0 and dialects.opener_dialect("auto", after_tag, j)[0] == FULL
+
+
+def find_call_start(reasoning: str) -> int:
+    """Offset of the first real call in reasoning text, or -1: a `<tool_call>` at the start of
+    a line (or of the text), outside ``` / ~~~ fences, followed by an opener."""
+    fence = ""
+    offset = 0
+    for line in reasoning.split("\n"):
+        marker = line.lstrip()[:3]
+        if fence:
+            if marker == fence:
+                fence = ""
+        elif marker in ("```", "~~~"):
+            fence = marker
+        elif line.startswith(CALL_OPEN) and _is_opener(reasoning[offset + len(CALL_OPEN) :]):
+            return offset
+        offset += len(line) + 1
+    return -1
+
+
+def _repair_content(content: str) -> str | None:
+    """Form (a): content opens `<think>`, never closes it, and holds a call."""
+    if not content.lstrip().startswith(THINK_OPEN) or THINK_CLOSE in content:
+        return None
+    body_at = content.find(THINK_OPEN) + len(THINK_OPEN)
+    cut = find_call_start(content[body_at:])
+    if cut == -1:
+        return None
+    cut += body_at
+    return content[:cut] + THINK_CLOSE + "\n\n" + content[cut:]
+
+
+def _repair_reasoning(message: Message) -> Message | None:
+    """Form (b): no tool_calls, and reasoning_content ends with a call."""
+    reasoning = message.reasoning_content
+    if message.tool_calls or not reasoning:
+        return None
+    if not reasoning.rstrip().endswith(CALL_CLOSE):  # cheap test first: most turns stop here
+        return None
+    cut = find_call_start(reasoning)
+    if cut == -1:
+        return None
+    call = reasoning[cut:].rstrip()
+    content = message.content
+    if content.strip():
+        call += "\n" + content.lstrip("\n")
+    return dataclasses.replace(
+        message, reasoning_content=reasoning[:cut].rstrip("\n"), content=call
+    )
+
+
+def repair_message(message: Message) -> Message:
+    """One turn repaired (or returned unchanged: non-assistant turns, healthy turns)."""
+    if message.role != "assistant":
+        return message
+    fixed = _repair_reasoning(message)
+    if fixed is not None:
+        return fixed
+    content = _repair_content(message.content)
+    return message if content is None else dataclasses.replace(message, content=content)
+
+
+def repair_history(messages: Iterable[Message], dialect: str = "auto") -> tuple[Message, ...]:
+    """Every assistant turn whose thinking swallowed a tool call, closed before the call. The
+    model families other than Qwen / Hermes (`dialect`) are repaired by engine/chat/detect.py,
+    with their own markers."""
+    if dialect in families.BY_DIALECT:
+        return tuple(families.repair_message(m, dialect) for m in messages)
+    return tuple(repair_message(m) for m in messages)

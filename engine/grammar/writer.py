@@ -1,0 +1,102 @@
+"""The text of one forced-call grammar: literal text, special tokens as token references, text
+that avoids a closer, and JSON by schema through llama-cpp-python's converter.
+
+Owns `Writer` and `excluding`; engine/grammar/calls.py writes each family's calls with
+them. Pure text building on the caller's thread (the service's).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping
+
+NL = "\n"
+PREFIX = "tc"  # every rule written here starts with it; the schema converter's rules do not
+
+
+def _lit(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _cls(chars: set[str]) -> str:
+    return "".join("\\" + c if c in "]\\^-" else c for c in sorted(chars))
+
+
+def excluding(name: str, literal: str) -> dict[str, str]:
+    """Rules `name0`... matching any text that does not contain `literal` (a KMP automaton:
+    rule `nameK` means the text so far ends with the first K characters of `literal`)."""
+    n = len(literal)
+
+    def step(k: int, c: str) -> int:
+        s = literal[:k] + c
+        for j in range(min(len(s), n), 0, -1):
+            if s.endswith(literal[:j]):
+                return j
+        return 0
+
+    rules: dict[str, str] = {}
+    alphabet = set(literal)
+    for k in range(n):
+        alts = ['""']
+        for c in sorted(alphabet):
+            to = step(k, c)
+            if to < n:
+                alts.append(f"{_lit(c)} {name}{to}")
+        # every other character, and the literal's own characters that lead back to 0 are
+        # already listed above, so the class is "none of the literal's characters"
+        alts.append(f"[^{_cls(alphabet)}] {name}0")
+        rules[f"{name}{k}"] = " | ".join(alts)
+    return rules
+
+
+class Writer:
+    """One grammar being written: its rules, the schema converter's, and the markup's special
+    tokens (text -> id) written as token references."""
+
+    def __init__(self, tokens: Mapping[str, int]) -> None:
+        from llama_cpp.llama_grammar import SchemaConverter
+
+        self.conv = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False,
+                                    raw_pattern=False)
+        self.rules: dict[str, str] = {}
+        self.tokens = dict(tokens)
+        alts = sorted(self.tokens, key=len, reverse=True)  # the longer token wins, as llama.cpp
+        self._split = re.compile("|".join(map(re.escape, alts))) if alts else None
+        self._untils: dict[str, str] = {}
+
+    def seq(self, text: str) -> str:
+        """GBNF for exactly `text`, each special token in it a token reference."""
+        parts, i = [], 0
+        for m in self._split.finditer(text) if self._split else ():
+            if m.start() > i:
+                parts.append(_lit(text[i:m.start()]))
+            parts.append(f"<[{self.tokens[m.group()]}]>")
+            i = m.end()
+        if i < len(text):
+            parts.append(_lit(text[i:]))
+        return " ".join(parts) or '""'
+
+    def until(self, closer: str, name: str = "") -> str:
+        """A rule for any text that does not contain `closer` (the closer not included), its
+        rules named `name`0... (else numbered)."""
+        if closer not in self._untils:
+            name = name or f"{PREFIX}-u{len(self._untils)}-"
+            self.rules.update(excluding(name, closer))
+            self._untils[closer] = f"{name}0"
+        return self._untils[closer]
+
+    def json(self, schema: dict, name: str, fallback: dict) -> str:
+        """The converter's rule for JSON matching `schema` (`fallback`'s where it cannot),
+        without the whitespace the converter allows after a value: where the arguments end
+        the call (Mistral's), it would be answer text after the call."""
+        try:
+            rule = self.conv.visit(self.conv.resolve_refs(copy.deepcopy(schema), name), name)
+        except Exception:  # the converter raises assorted errors on schemas it does not cover
+            rule = self.conv.visit(fallback, name + "-any")
+        body = self.conv._rules.get(rule, "")  # the converter keeps its rules there
+        if body.endswith(" space"):
+            self.conv._rules[rule] = body[: -len(" space")]
+        return rule
+

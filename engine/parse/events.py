@@ -1,0 +1,288 @@
+"""The parser's output vocabulary: events, tool calls and the parse result.
+
+Owns the frozen dataclasses that cross every boundary after the parser (API adapters, GUI
+panes, recordings, metrics). Pure data, no I/O; any thread may create or read them.
+
+An `Event` says what a stretch of raw model output turned out to be. Every event carries the
+raw `span` (start, end offsets in the model's output, in characters) that it consumed, and the
+spans of one response tile its output exactly: concatenating `raw[span]` over the events gives
+the output back. `text` is what the event means for its channel (reasoning or content text, a
+tool-argument JSON fragment, a dropped tag's text), which is not always the raw text.
+
+`merge()` joins neighbouring events of the same kind; two event streams for the same output
+are equal once merged, whatever the chunking was. `result_of()` folds events into the final
+`ParseResult`, so streamed and non-streamed replies are built from the same events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+REASONING = "reasoning"
+CONTENT = "content"
+MARKUP = "markup"  # tags and the newlines that belong to them: consumed, shown in raw view
+TOOL_START = "tool_start"
+TOOL_ARGS = "tool_args"
+TOOL_CALL = "tool_call"
+ANOMALY = "anomaly"
+
+KINDS = (REASONING, CONTENT, MARKUP, TOOL_START, TOOL_ARGS, TOOL_CALL, ANOMALY)
+
+# Anomaly kinds, in the order they are reported everywhere (CLI, metrics, GUI badges).
+IMPLICIT_REASONING_END = "implicit_reasoning_end"
+STRAY_THINK_END = "stray_think_end"
+UNFINISHED_CALL = "unfinished_call"
+MALFORMED_CALL = "malformed_call"
+UNKNOWN_TOOL = "unknown_tool"
+REPAIRED_CALL = "repaired_call"  # a call accepted only after a repair (its text says which)
+# Only in pass-through mode (app/api/tap.py): the upstream's own parser left a call or a think
+# tag in its reasoning or content. Not a parser outcome, so not among ANOMALY_KINDS.
+UPSTREAM_LEAK = "upstream_leak"
+# A complete call after the first in a reply to a request that allows one call (parallel calls
+# off): not delivered (`FirstCallOnly`). A request's policy, not a parser outcome, so not among
+# ANOMALY_KINDS; its text is the call as the model wrote it.
+EXTRA_TOOL_CALL = "extra_tool_call"
+# Counted by the service when message content holds special tokens that would be parsed as
+# control tokens (engine/chat/special.py): a finding about the prompt, not a parser outcome.
+SPECIAL_TOKEN_IN_CONTENT = "special_token_in_content"
+ANOMALY_KINDS = (
+    IMPLICIT_REASONING_END,
+    STRAY_THINK_END,
+    UNFINISHED_CALL,
+    MALFORMED_CALL,
+    UNKNOWN_TOOL,
+    REPAIRED_CALL,
+)
+
+# Kinds whose neighbours merge into one event (text-like streams). Tool starts, whole
+# calls and anomalies are discrete and never merge.
+_MERGEABLE = frozenset({REASONING, CONTENT, MARKUP, TOOL_ARGS})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One complete tool call. `arguments` is the parsed object; `arguments_json` is exactly
+    `json.dumps(arguments)`, the string the OpenAI dialect sends. `raw` is the call as the model
+    wrote it (tags and the newlines before them included) and `origin` the channel it stood in:
+    what a client that declared no tools gets instead of the call (`as_text`)."""
+
+    id: str
+    name: str
+    arguments: dict
+    index: int
+    raw: str = ""
+    origin: str = CONTENT
+
+    @property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Event:
+    """One decided stretch of output.
+
+    kind: one of KINDS.
+    text: channel text (reasoning/content), the tag text (markup), a JSON fragment of the
+        arguments (tool_args), the call's name (tool_start), or the raw text an anomaly concerns.
+    span: (start, end) character offsets of the raw output this event consumed.
+    call: for tool_start/tool_args/tool_call, the call's index; the whole call on tool_call.
+    anomaly: for kind == "anomaly", one of ANOMALY_KINDS.
+    """
+
+    kind: str
+    text: str
+    span: tuple[int, int]
+    call: ToolCall | None = None
+    anomaly: str | None = None
+    index: int | None = None
+    call_id: str | None = None
+
+    # The parser creates one Event per token on the hot path; dataclass's frozen __init__
+    # goes through object.__setattr__ per field (about 1 µs). __init__ is installed below and
+    # writes the slots through their descriptors: same frozen semantics, a third of the cost.
+
+    def to_dict(self) -> dict:
+        d: dict = {"kind": self.kind, "text": self.text, "span": list(self.span)}
+        if self.index is not None:
+            d["index"] = self.index
+        if self.call_id is not None:
+            d["id"] = self.call_id
+        if self.call is not None:
+            d["call"] = self.call.to_dict()
+        if self.anomaly is not None:
+            d["anomaly"] = self.anomaly
+        return d
+
+
+def _fast_init(cls, names):
+    sets = [cls.__dict__[n].__set__ for n in names]
+    a, b, c, d, e, f, g = sets
+
+    def __init__(self, kind, text, span, call=None, anomaly=None, index=None, call_id=None):
+        a(self, kind)
+        b(self, text)
+        c(self, span)
+        d(self, call)
+        e(self, anomaly)
+        f(self, index)
+        g(self, call_id)
+
+    cls.__init__ = __init__
+
+
+_fast_init(Event, ("kind", "text", "span", "call", "anomaly", "index", "call_id"))
+
+
+@dataclass(frozen=True, slots=True)
+class ParseResult:
+    reasoning: str
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    anomalies: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "reasoning": self.reasoning,
+            "content": self.content,
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "finish_reason": self.finish_reason,
+            "anomalies": {k: self.anomalies.get(k, 0) for k in ANOMALY_KINDS}
+            | {k: n for k, n in self.anomalies.items() if n and k not in ANOMALY_KINDS},
+        }
+
+
+def merge(events: Iterable[Event]) -> list[Event]:
+    """Join neighbouring mergeable events of the same kind (and call index)."""
+    out: list[Event] = []
+    for ev in events:
+        if out:
+            last = out[-1]
+            if (
+                ev.kind == last.kind
+                and ev.kind in _MERGEABLE
+                and ev.index == last.index
+                and last.span[1] == ev.span[0]
+            ):
+                out[-1] = Event(
+                    last.kind,
+                    last.text + ev.text,
+                    (last.span[0], ev.span[1]),
+                    None,
+                    None,
+                    last.index,
+                    last.call_id,
+                )
+                continue
+            if not ev.text and ev.span[0] == ev.span[1] and ev.kind in _MERGEABLE:
+                continue
+        out.append(ev)
+    return out
+
+
+class CallsAsText:
+    """The events a client that declared no tools receives (the server's decision; the parser
+    and the inspector still see the call). Each complete call becomes text in the channel it
+    stood in: its raw text, with the newlines after it that the call's tag took; the streamed
+    `tool_start` / `tool_args` are dropped (a call that then failed already comes back as text).
+    Anomalies pass through, so `unknown_tool` is still counted. Feed events in order; one
+    instance per reply."""
+
+    def __init__(self) -> None:
+        self._after: str | None = None  # the channel of the call just turned into text
+
+    def feed(self, ev: Event) -> list[Event]:
+        k = ev.kind
+        if k in (TOOL_START, TOOL_ARGS):
+            return []
+        if k == TOOL_CALL and ev.call is not None:
+            call, end = ev.call, ev.span[1]
+            self._after = call.origin
+            return [Event(call.origin, call.raw, (end - len(call.raw), end))]
+        if k == MARKUP and self._after == CONTENT and not ev.text.strip("\n"):
+            return [Event(CONTENT, ev.text, ev.span)]
+        self._after = None
+        return [ev]
+
+
+def calls_as_text(events: Iterable[Event]) -> list[Event]:
+    """A whole event list through `CallsAsText`."""
+    f = CallsAsText()
+    return [out for ev in events for out in f.feed(ev)]
+
+
+class FirstCallOnly:
+    """The events of a reply to a request that allows one call (`ChatRequest.parallel_calls`
+    False): the first complete call is delivered and every later one is dropped, as vLLM
+    truncates to the first call. Until a call completes, events pass unchanged; after it, a
+    later call's streamed `tool_start` / `tool_args` are held back, and when the call completes
+    it becomes one `extra_tool_call` anomaly whose span covers the whole call and whose text is
+    the call as written. A later call that fails comes back as text, as it would unstreamed.
+    Nothing that passed is retracted, and spans still tile the output. Applied by the token
+    pipeline (engine/pipeline.py), so the run's events, its result, the metrics and the
+    recording all see the one call. Feed events in order; one instance per reply."""
+
+    def __init__(self) -> None:
+        self._delivered = False  # a call completed: later ones are extra
+        self._held: int | None = None  # where the held-back call's span starts
+
+    def feed(self, ev: Event) -> list[Event]:
+        k = ev.kind
+        if not self._delivered:
+            self._delivered = k == TOOL_CALL and ev.call is not None
+            return [ev]
+        if k in (TOOL_START, TOOL_ARGS):
+            if self._held is None:
+                self._held = ev.span[0]
+            return []
+        h = self._held
+        if k == ANOMALY and ev.span[0] == ev.span[1]:
+            # The later call's own anomalies (unknown_tool, unfinished_call...) still count;
+            # they stand where the held-back call begins.
+            if h is None:
+                return [ev]
+            return [Event(ANOMALY, ev.text, (h, h), None, ev.anomaly, ev.index, ev.call_id)]
+        self._held = None
+        start = ev.span[0] if h is None else h
+        if k == TOOL_CALL and ev.call is not None:
+            return [Event(ANOMALY, ev.call.raw, (start, ev.span[1]), None, EXTRA_TOOL_CALL,
+                          ev.index, ev.call_id)]
+        if h is None:
+            return [ev]
+        # A held-back call that failed: its text covers the span of what was held back.
+        return [Event(k, ev.text, (h, ev.span[1]), ev.call, ev.anomaly, ev.index, ev.call_id)]
+
+
+def result_of(events: Iterable[Event], finish_reason: str = "stop") -> ParseResult:
+    """Fold an event stream into the final result.
+
+    `finish_reason` is the engine's ("stop" or "length"); it becomes "tool_calls" exactly
+    when at least one call completed.
+    """
+    reasoning: list[str] = []
+    content: list[str] = []
+    calls: list[ToolCall] = []
+    anomalies = dict.fromkeys(ANOMALY_KINDS, 0)
+    for ev in events:
+        k = ev.kind
+        if k == CONTENT:
+            content.append(ev.text)
+        elif k == REASONING:
+            reasoning.append(ev.text)
+        elif k == TOOL_CALL and ev.call is not None:
+            calls.append(ev.call)
+        elif k == ANOMALY and ev.anomaly is not None:
+            anomalies[ev.anomaly] = anomalies.get(ev.anomaly, 0) + 1
+    return ParseResult(
+        reasoning="".join(reasoning),
+        content="".join(content),
+        tool_calls=tuple(calls),
+        finish_reason="tool_calls" if calls else finish_reason,
+        anomalies=anomalies,
+    )

@@ -1,0 +1,62 @@
+"""DSML (DeepSeek V3.2, V4): `<think>` reasoning and calls written in DeepSeek's markup language.
+
+Owns the family's markers and the reader of one call. Run by whichever thread drives the
+parser.
+
+    <｜DSML｜function_calls>
+    <｜DSML｜invoke name="get_weather">
+    <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+    <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜function_calls>
+
+`string="true"` keeps the value's raw text; `string="false"` reads it as JSON (then a Python
+literal, then the raw text); without the attribute the tool's schema decides
+(engine/parse/schema.py). Several invokes share one section: each `<｜DSML｜invoke name="` is read
+as its own call, and the section's end is consumed by the call before it.
+
+Choice where the other servers differ: a value is not stripped of its spaces (vLLM strips it),
+only of one leading and one trailing newline, as the other XML-like families.
+"""
+
+from __future__ import annotations
+
+from engine.parse.families.common import Match
+from engine.parse.families.framed import call_or_word
+from engine.parse.families.tagged import TaggedCall
+from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
+
+NAME = "dsml"
+SECTION = "<｜DSML｜function_calls>"
+INVOKE = '<｜DSML｜invoke name="'
+PARAM = '<｜DSML｜parameter name="'
+PARAM_END = "</｜DSML｜parameter>"
+INVOKE_END = "</｜DSML｜invoke>"
+SECTION_END = "</｜DSML｜function_calls>"
+
+MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, INVOKE))
+PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, "｜DSML｜")
+
+
+def match_opener(text: str, i: int) -> Match:
+    """After the section: an invoke; after an invoke's opener: `NAME">`."""
+    return call_or_word(text, i, INVOKE, CallParser.NAME_CHARS, ('">',))
+
+
+class CallParser(TaggedCall):
+    FUNC_OPEN = INVOKE
+    NAME_END = ('">',)
+    PARAM_OPEN = PARAM
+    KEY_END = '"'
+    ATTRS_END = ">"
+    VALUE_END = PARAM_END
+    FUNC_CLOSE = INVOKE_END
+    SECTION_CLOSE = SECTION_END
+
+    def attrs(self, text: str) -> bool | None:
+        flag = text.replace(" ", "")
+        if flag == 'string="true"':
+            return True
+        if flag == 'string="false"':
+            return False
+        return None

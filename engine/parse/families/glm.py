@@ -1,0 +1,47 @@
+"""GLM (GLM-4.5, 4.6, 4.7): `<think>` reasoning and `<tool_call>NAME` with key/value pairs.
+
+Owns the family's markers and the reader of one call. Run by whichever thread drives the
+parser.
+
+    <tool_call>get_weather
+    <arg_key>city</arg_key>
+    <arg_value>Paris</arg_value>
+    </tool_call>
+
+(GLM-4.7 writes the same without the newlines.) Values are typed by the tool's schema
+(engine/parse/schema.py): a string parameter keeps its raw text, anything else is JSON, then a
+Python literal, then the raw text.
+
+Choices where the other servers differ: `<tool_call>` is a call only when a name follows and
+then, after whitespace, `<arg_key>` or `</tool_call>` (so prose after `<tool_call>` stays text;
+vLLM takes any text up to the first newline as the name); a call whose pairs are complete is
+accepted at the end of output without `</tool_call>`.
+"""
+
+from __future__ import annotations
+
+from engine.parse.families.common import Match
+from engine.parse.families.framed import word_then
+from engine.parse.families.tagged import TaggedCall
+from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN, Markers
+
+NAME = "glm"
+KEY = "<arg_key>"
+
+MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (CALL_OPEN,))
+PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE, KEY, "</arg_key>",
+                    "<arg_value>", "</arg_value>")
+
+
+def match_opener(text: str, i: int) -> Match:
+    """A name, then (after whitespace) `<arg_key>` or `</tool_call>`."""
+    return word_then(text, i, CallParser.NAME_CHARS, (KEY, CALL_CLOSE), gap=True)
+
+
+class CallParser(TaggedCall):
+    NAME_EAT = False
+    PARAM_OPEN = KEY
+    KEY_END = "</arg_key>"
+    VALUE_OPEN = "<arg_value>"
+    VALUE_END = "</arg_value>"
+    FUNC_CLOSE = CALL_CLOSE

@@ -1,0 +1,96 @@
+"""Kimi K2 and K2-Thinking: `<think>` reasoning and calls framed by Kimi's section tokens.
+
+Owns the family's markers and the reader of one call. Run by whichever thread drives the
+parser.
+
+    <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0
+    <|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
+
+(without the line break). The call's id is `functions.NAME:INDEX`; the name is what lies
+between the `functions.` prefix (optional) and the `:INDEX` suffix (optional). Several calls
+share one section: each `<|tool_call_begin|>` is read as its own call, and the section's end is
+consumed by the call before it.
+
+Choices where the other servers differ: `<|tool_call_section_begin|>` (singular, which some K2
+outputs write) opens a section too, as in vLLM; a `<|tool_call_begin|>` outside a section is a
+call when an id and `<|tool_call_argument_begin|>` follow; the model's own id is not kept
+(Prism numbers its calls, as for every family).
+"""
+
+from __future__ import annotations
+
+from engine.parse.families.common import FULL, PREFIX, Match
+from engine.parse.families.framed import FramedBody, call_or_word
+from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
+
+NAME = "kimi-k2"
+SECTION = "<|tool_calls_section_begin|>"
+SECTION_ALT = "<|tool_call_section_begin|>"
+CALL = "<|tool_call_begin|>"
+ARG = "<|tool_call_argument_begin|>"
+CALL_END = "<|tool_call_end|>"
+SECTION_END = "<|tool_calls_section_end|>"
+SECTION_END_ALT = "<|tool_call_section_end|>"
+_ID_CHARS = "_-.:"
+
+MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, SECTION_ALT, CALL))
+PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, SECTION, SECTION_ALT, CALL, ARG, CALL_END,
+                    SECTION_END, SECTION_END_ALT)
+
+_BEGIN, _ID, _ARG, _ARGS, _END, _SECTION = range(6)
+
+
+def match_opener(text: str, i: int) -> Match:
+    """After the section: `<|tool_call_begin|>`; after a call's opener: an id, then
+    (after whitespace) `<|tool_call_argument_begin|>`."""
+    return call_or_word(text, i, CALL, _ID_CHARS, (ARG,), gap=True)
+
+
+def name_of(call_id: str) -> str:
+    """`functions.get_weather:0` -> `get_weather`."""
+    name = call_id.removeprefix("functions.")
+    head, sep, tail = name.rpartition(":")
+    return head if sep and head and tail.isdigit() else name
+
+
+class CallParser(FramedBody):
+    def __init__(self, schemas: dict, stream: bool) -> None:
+        super().__init__(schemas, stream)
+        self._st = _BEGIN
+
+    def _run(self, eof: bool) -> None:
+        while not (self.done or self.error):
+            st = self._st
+            if st == _BEGIN:
+                if not self._ws():
+                    return
+                if self._lit(CALL) == PREFIX:
+                    return
+                self._st = _ID
+            elif st == _ID:
+                word = self._word(_ID_CHARS)
+                if not word:
+                    return
+                self._start(name_of(word))
+                self._st = _ARG
+            elif st == _ARG:
+                if not self._ws():
+                    return
+                if not self._expect(ARG):
+                    return
+                self._st = _ARGS
+            elif st == _ARGS:
+                if not self._args(eof):
+                    return
+                self._st = _END
+            elif st == _END:
+                if self._close(CALL_END, eof) != FULL:
+                    return
+                self.done = False
+                self._st = _SECTION
+            else:
+                self._close((SECTION_END, SECTION_END_ALT), eof)
+                return
+
+
+__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]

@@ -1,0 +1,441 @@
+"""Session recordings: a versioned, human-readable JSONL log of requests and their tokens.
+
+Owns the file format (docs/design.md, section 6 "Recordings"), `Recorder` (writing),
+`read_session` (reading) and the one loader every player uses: `is_recording` tells a recording
+from a plain text output by its header, `load_recording` reads what precedes any damage (with a
+warning), for replay to clients and playback in the window alike. The recorder is
+called from whichever thread produces a record (the service on request, the engine thread per
+token and at finish), so every write takes a lock; each record is one line, written and
+flushed as it happens, so a crash loses nothing already written. Flushing hands the line to
+the OS; we do not fsync per token (that would cost milliseconds each), so a power cut may still
+lose the tail. Recordings hold whole conversations, so each session is a file of its own,
+created exclusively (never shared by two instances), readable by its owner only (0600, in a
+0700 folder).
+
+Format, version 1 (one JSON object per line):
+
+    {"format": "prism-session", "version": 1, "created": iso8601, "model": str, "pack": str}
+    {"type": "request", "id", "t", "request": {...}, "prompt", "start_state", "api",
+     "dialect", "stream_tools", "tools": [...]}
+    {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]]}
+    {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"]}
+
+Times: a request's `t` is seconds since the recorder opened; a token's `t` is seconds since its
+request started (submission), so replaying at 1x reproduces time to first token and pacing.
+Records of a type this reader does not know are skipped (room for additions within version 1);
+anything else that does not fit is damage and raises `RecordingError` with its line number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.backends.base import Finish, Timings, Token
+from engine.chat.request import STREAM_TOOLS, ChatRequest, Message, Sampling
+from engine.chat.special import PromptMarks
+from engine.parse.events import ParseResult
+from engine.parse.families import NAMES as DIALECTS
+
+log = logging.getLogger("prism")
+
+# Recordings hold whole conversations: only their owner may read them.
+_FILE_MODE = 0o600
+_DIR_MODE = 0o700
+
+FORMAT = "prism-session"
+VERSION = 1
+
+
+class RecordingError(ValueError):
+    """A damaged recording. `line` is the 1-based line number at fault; `partial` is the
+    session built from every line before it."""
+
+    def __init__(self, message: str, line: int, partial: Session):
+        super().__init__(f"line {line}: {message}")
+        self.line = line
+        self.partial = partial
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    id: str
+    request: dict
+    prompt: str
+    start_state: str
+    tokens: tuple[Token, ...] = ()
+    finish: str | None = None  # None: the file ends before this request finished
+    timings: Timings | None = None
+    result: dict | None = None
+    api: str = ""  # the client the request came from (openai, anthropic, gui, ...)
+    stream_tools: bool = STREAM_TOOLS
+    tools: tuple[dict, ...] = ()
+    t: float = 0.0
+    dialect: str = ""  # the tool-call dialect it was parsed with ("" in older files)
+    error: str | None = None
+    content_specials: tuple[tuple[int, int], ...] = ()  # special tokens from message content
+    special_escaped: bool = False  # tokenized as text (--escape-special)
+
+    @property
+    def text(self) -> str:
+        """The model's output as it was streamed."""
+        return "".join(tok.text for tok in self.tokens)
+
+    @property
+    def outcome(self) -> tuple[str, str | None]:
+        """(finish reason, error) as recorded; a request the file ends before is an error."""
+        if self.finish is None:
+            return "error", "the recording ends before this request finished"
+        return self.finish, self.error
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    header: dict
+    requests: tuple[RecordedRequest, ...] = ()
+
+    @property
+    def model(self) -> str:
+        return str(self.header.get("model", ""))
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def default_session_path(now: _dt.datetime | None = None) -> Path:
+    """`<user data dir>/prism/sessions/<timestamp>.jsonl` (the folder is not created here)."""
+    import platformdirs  # only the recorder's default path needs it
+
+    stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    return Path(platformdirs.user_data_dir("prism")) / "sessions" / f"{stamp}.jsonl"
+
+
+def request_to_dict(request: ChatRequest | dict) -> dict:
+    """A ChatRequest as plain JSON-able data (tuples become lists)."""
+    if isinstance(request, dict):
+        return request
+    return json.loads(json.dumps(dataclasses.asdict(request)))
+
+
+def request_from_dict(d: dict) -> ChatRequest:
+    """Inverse of `request_to_dict`, for re-running a recorded request."""
+    d = dict(d)
+    messages = tuple(
+        Message(**{**m, "tool_calls": tuple(m.get("tool_calls") or ())})
+        for m in d.pop("messages", ())
+    )
+    sampling = Sampling(**d.pop("sampling", {}))
+    if "dialect" in d:  # files before the rename named the client `dialect`
+        d.setdefault("api", d.pop("dialect"))
+    for key in ("tools", "stop"):
+        if key in d:
+            d[key] = tuple(d[key])
+    return ChatRequest(messages=messages, sampling=sampling, **d)
+
+
+def _api_and_dialect(rec: dict) -> dict[str, str]:
+    """A request record's client (`api`) and tool-call dialect. Files written before the
+    client was named `api` call it `dialect` and the tool-call dialect `parser_dialect` (the
+    earliest have only `dialect`, holding the tool-call dialect)."""
+    if "api" in rec:
+        return {"api": str(rec["api"]), "dialect": str(rec.get("dialect", ""))}
+    old = str(rec.get("dialect", ""))
+    parser = str(rec.get("parser_dialect", ""))
+    if not parser and old in DIALECTS:
+        return {"api": str(rec["request"].get("dialect", "")), "dialect": old}
+    return {"api": old, "dialect": parser}
+
+
+def _timings_to_dict(t: Timings) -> dict:
+    return {f.name: getattr(t, f.name) for f in dataclasses.fields(Timings)}
+
+
+def _timings_from_dict(d: dict) -> Timings:
+    names = {f.name for f in dataclasses.fields(Timings)}
+    return Timings(**{k: v for k, v in d.items() if k in names})
+
+
+# ---------------------------------------------------------------------------------- writing
+
+
+def _create(path: Path | None) -> tuple[Path, int]:
+    """Create a session file, readable by its owner only (0600); returns it and its descriptor.
+
+    Without a path: a new, unique file in the default folder (0700). Each name is taken by an
+    exclusive create, so two instances started in the same second (or racing for one name)
+    get two files: a check-then-open would let the second truncate the first's recording. An
+    explicit path is the caller's: it is overwritten."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
+        if os.name == "posix":
+            os.fchmod(fd, _FILE_MODE)  # an existing file keeps its mode otherwise
+        return path, fd
+    first = default_session_path()
+    first.parent.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+    if os.name == "posix":
+        os.chmod(first.parent, _DIR_MODE)  # a folder an older Prism made more open
+    path, n = first, 1
+    while True:
+        try:
+            return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+        except FileExistsError:
+            n += 1
+            path = first.with_name(f"{first.stem}-{n}{first.suffix}")
+
+
+class Recorder:
+    """Appends one session to a JSONL file. Safe to call from several threads.
+
+    `t0` arguments are time.perf_counter() values; token times are stored relative to their
+    request's t0 (by default, the moment `request()` was called).
+    """
+
+    def __init__(self, path: Path | str | None = None, *, model: str = "", pack: str = "",
+                 upstream: str = ""):
+        self.path, fd = _create(Path(path) if path is not None else None)
+        self._lock = threading.Lock()
+        self._t0 = time.perf_counter()
+        self._starts: dict[str, float] = {}
+        self._upstream = upstream
+        self._file = os.fdopen(fd, "w", encoding="utf-8")
+        created = _dt.datetime.now(_dt.UTC).astimezone().isoformat(timespec="seconds")
+        self._write(
+            {"format": FORMAT, "version": VERSION, "created": created, "model": model, "pack": pack,
+             # --upstream: the server that generated (its times to first token include the
+             # network to it)
+             **({"upstream": upstream, "ttft_includes_network": True} if upstream else {})}
+        )
+
+    def _write(self, record: dict) -> None:
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        with self._lock:
+            if self._file.closed:
+                raise ValueError(f"recorder for {self.path} is closed")
+            # One write per record, then flush: a reader (or a crash) sees whole lines.
+            self._file.write(line)
+            self._file.flush()
+
+    def request(
+        self,
+        id: str,
+        request: ChatRequest | dict,
+        prompt: str,
+        *,
+        start_state: str = "content",
+        api: str = "",
+        dialect: str = "",
+        stream_tools: bool = STREAM_TOOLS,
+        tools: tuple[dict, ...] | list[dict] = (),
+        t0: float | None = None,
+        marks: PromptMarks | None = None,
+    ) -> None:
+        t0 = time.perf_counter() if t0 is None else t0
+        with self._lock:
+            self._starts[id] = t0
+        self._write(
+            {
+                "type": "request",
+                "id": id,
+                "t": round(t0 - self._t0, 6),
+                "request": request_to_dict(request),
+                "prompt": prompt,
+                "start_state": start_state,
+                "api": api,
+                "dialect": dialect,
+                "stream_tools": stream_tools,
+                "tools": list(tools),
+                # --upstream: this request's time to first token includes the network.
+                **({"upstream": self._upstream, "ttft_includes_network": True}
+                   if self._upstream else {}),
+                # Special tokens the messages brought into the prompt (engine/chat/special.py):
+                # their (start, end) in "prompt", the first MAX_MARKS of them.
+                **({"content_specials": [list(s) for s in marks.specials],
+                    "content_specials_n": marks.n_specials, "special_escaped": marks.escaped}
+                   if marks is not None and marks.n_specials else {}),
+            }
+        )
+
+    def token(self, id: str, i: int, token: Token) -> None:
+        with self._lock:
+            t0 = self._starts.get(id, self._t0)
+        rec: dict[str, Any] = {
+            "type": "token",
+            "id": id,
+            "i": i,
+            "tok": token.id,
+            "text": token.text,
+            "t": round(token.t - t0, 6),
+        }
+        if token.top:
+            rec["top"] = [[text, round(lp, 5)] for text, lp in token.top]
+        self._write(rec)
+
+    def finish(self, id: str, finish: Finish, result: ParseResult | dict | None = None) -> None:
+        with self._lock:
+            self._starts.pop(id, None)
+        rec: dict[str, Any] = {
+            "type": "finish",
+            "id": id,
+            "reason": finish.reason,
+            "timings": _timings_to_dict(finish.timings),
+            "result": result.to_dict() if isinstance(result, ParseResult) else result,
+        }
+        if finish.error is not None:
+            rec["error"] = finish.error
+        self._write(rec)
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+class _Builder:
+    """Collects records per request id, in the order requests appeared."""
+
+    def __init__(self) -> None:
+        self.header: dict = {}
+        self.order: list[str] = []
+        self.fields: dict[str, dict] = {}
+        self.tokens: dict[str, list[Token]] = {}
+
+    def add(self, rec: dict) -> None:
+        kind = rec.get("type")
+        if kind == "request":
+            rid = str(rec["id"])
+            if rid in self.fields:
+                raise ValueError(f"duplicate request id {rid!r}")
+            fields = {
+                "id": rid,
+                "request": dict(rec["request"]),
+                "prompt": str(rec["prompt"]),
+                "start_state": str(rec.get("start_state", "content")),
+                **_api_and_dialect(rec),
+                "stream_tools": bool(rec.get("stream_tools", STREAM_TOOLS)),
+                "tools": tuple(rec.get("tools") or ()),
+                "t": float(rec.get("t", 0.0)),
+                "content_specials": tuple((int(a), int(b))
+                                          for a, b in rec.get("content_specials") or ()),
+                "special_escaped": bool(rec.get("special_escaped", False)),
+            }
+            # Register only once every field parsed, so a bad record leaves no trace.
+            self.order.append(rid)
+            self.tokens[rid] = []
+            self.fields[rid] = fields
+        elif kind == "token":
+            toks = self._known(rec)
+            top = tuple((str(a), float(b)) for a, b in rec.get("top") or ())
+            toks.append(Token(int(rec["tok"]), str(rec["text"]), float(rec["t"]), top))
+        elif kind == "finish":
+            self._known(rec)
+            f = self.fields[str(rec["id"])]
+            f["finish"] = str(rec["reason"])
+            f["timings"] = _timings_from_dict(rec.get("timings") or {})
+            f["result"] = rec.get("result")
+            f["error"] = rec.get("error")
+        # Unknown record types are skipped on purpose (forward compatible within a version).
+
+    def _known(self, rec: dict) -> list[Token]:
+        rid = str(rec["id"])
+        if rid not in self.tokens:
+            raise ValueError(f"{rec.get('type')} record for unknown request {rid!r}")
+        return self.tokens[rid]
+
+    def session(self) -> Session:
+        reqs = tuple(
+            RecordedRequest(tokens=tuple(self.tokens[rid]), **self.fields[rid])
+            for rid in self.order
+        )
+        return Session(header=dict(self.header), requests=reqs)
+
+
+def read_session(path: Path | str, *, strict: bool = True) -> Session:
+    """Read a recording. A damaged line raises `RecordingError` (with `.line` and
+    `.partial`); with strict=False the partial session is returned instead."""
+    b = _Builder()
+    with Path(path).open("r", encoding="utf-8", errors="replace", newline="\n") as f:
+        data = f.read()
+    lines = data.split("\n")
+    ends_cleanly = lines[-1] == ""
+    if ends_cleanly:
+        lines.pop()
+    if not lines:
+        return _fail("empty file, no header", 1, b, strict)
+    for n, line in enumerate(lines, start=1):
+        last = n == len(lines)
+        if not line.strip() and not (last and not ends_cleanly):
+            continue  # blank lines are harmless
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError("a record must be a JSON object")
+        except ValueError as e:
+            if last and not ends_cleanly:
+                why = "truncated record (the file ends mid-line, was the writer killed?)"
+            else:
+                why = f"not a JSON object: {e}"
+            return _fail(why, n, b, strict)
+        if n == 1:
+            if rec.get("format") != FORMAT:
+                return _fail(f"not a {FORMAT} file (format={rec.get('format')!r})", n, b, strict)
+            if rec.get("version") != VERSION:
+                return _fail(
+                    f"unsupported version {rec.get('version')!r} (this reader knows {VERSION})",
+                    n,
+                    b,
+                    strict,
+                )
+            b.header = rec
+            continue
+        try:
+            b.add(rec)
+        except (KeyError, TypeError, ValueError) as e:
+            detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+            return _fail(f"bad {rec.get('type', '?')} record: {detail}", n, b, strict)
+    return b.session()
+
+
+def is_recording(path: Path | str) -> bool:
+    """Whether a file is a Prism recording: its first line is a header object naming the
+    format (whatever the file is called); anything else is taken as plain text by readers."""
+    with Path(path).open("rb") as f:
+        first = f.readline(4096)
+    try:
+        head = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(head, dict) and head.get("format") == FORMAT
+
+
+def load_recording(path: Path | str) -> Session:
+    """Read a recording for playing it (to clients or in the window): a damaged file gives
+    what precedes the damage, with a warning logged, rather than nothing."""
+    try:
+        return read_session(path)
+    except RecordingError as e:
+        log.warning("[prism] %s: %s; playing what precedes it", path, e)
+        return e.partial
+
+
+def _fail(message: str, line: int, b: _Builder, strict: bool) -> Session:
+    partial = b.session()
+    if strict:
+        raise RecordingError(message, line, partial)
+    return partial

@@ -1,0 +1,70 @@
+"""engine/parse/families/mistral.py (Mistral Small 3.x, Magistral, Devstral): every parser rule
+(tests/engine/parse/family_rules.py) and the family's own cases, each parsed at every chunking,
+stream_tools off and on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.parse.families import mistral
+from tests.engine.parse.family_harness import read_all_ways
+from tests.engine.parse.family_rules import RULES, Family
+from tests.engine.parse.parser_harness import parse_all_ways
+
+
+def call(name: str, args: dict) -> str:
+    return f"[TOOL_CALLS]{name}[ARGS]{json.dumps(args)}"
+
+
+FAMILY = Family("mistral", call, '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris",}',
+                think=("[THINK]", "[/THINK]"))
+
+
+def parse(text: str, **kw):
+    kw.setdefault("start", "content")
+    return parse_all_ways(text, dialect="mistral", **kw)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
+def test_rule(rule):
+    rule(FAMILY)
+
+
+def test_call_id_before_the_arguments():
+    res = parse('[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{"k": [1]}')
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [("f", {"k": [1]})]
+
+
+def test_older_list_form_is_read_call_by_call():
+    text = ('[TOOL_CALLS] [{"name": "a", "arguments": {"x": 1}},\n {"name": "b", '
+            '"parameters": {"y": "z"}}]\nDone.')
+    res = parse(text)
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [("a", {"x": 1}), ("b", {"y": "z"})]
+    assert res.content == "Done." and [c.index for c in res.tool_calls] == [0, 1]
+
+
+def test_a_broken_list_element_is_text_after_the_good_ones():
+    text = '[TOOL_CALLS][{"name": "a", "arguments": {}}, {"name": 3}]'
+    res = parse(text)
+    assert [c.name for c in res.tool_calls] == ["a"]
+    assert res.anomalies["malformed_call"] == 1 and res.content.endswith('{"name": 3}]')
+
+
+def test_brackets_in_prose_are_text():
+    text = "See [the docs](https://x.y) and [THINKING] and [TOOL_CALLS] here."
+    res = parse(text)
+    assert res.content == text and res.tool_calls == ()
+
+
+def test_magistral_thinks_first():
+    res = parse("[THINK]Let me add.[/THINK]\n\n4")
+    assert (res.reasoning, res.content) == ("Let me add.", "4")
+
+
+def test_reader_directly():
+    p = read_all_ways(mistral, 'f[ARGS] {"a": 1} tail')
+    assert (p.name, p.arguments, p.end) == ("f", {"a": 1}, len('f[ARGS] {"a": 1}'))
+    p = read_all_ways(mistral, "f[NOPE]{}")
+    assert p.error == "expected [ARGS]" and p.resume == 1

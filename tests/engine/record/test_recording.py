@@ -1,0 +1,264 @@
+"""engine/record/recording.py: round trip, flush per record, damaged and truncated files."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from engine.backends.base import Finish, Timings, Token
+from engine.chat.request import ChatRequest, Message, Sampling
+from engine.parse.events import ParseResult
+from engine.record.recording import (
+    Recorder,
+    RecordingError,
+    default_session_path,
+    is_recording,
+    load_recording,
+    read_session,
+    request_from_dict,
+    request_to_dict,
+)
+
+REQ = ChatRequest(
+    messages=(Message("system", "be brief"), Message("user", "hi é 🙂")),
+    tools=({"type": "function", "function": {"name": "f", "parameters": {}}},),
+    sampling=Sampling(temperature=0.0, seed=7),
+    max_tokens=16,
+    stop=("END",),
+)
+TIMINGS = Timings(1.0, 2.0, 3.5, 40.0, 12, 4, 3)
+
+
+def _write_one(rec: Recorder, rid: str = "r1", t0: float = 100.0) -> None:
+    rec.request(
+        rid,
+        REQ,
+        "<prompt>",
+        start_state="reasoning",
+        api="openai",
+        dialect="hermes-json",
+        stream_tools=False,
+        tools=REQ.tools,
+        t0=t0,
+    )
+    rec.token(rid, 0, Token(5, "Hel", t0 + 0.25))
+    rec.token(rid, 1, Token(6, "lo 🙂", t0 + 0.5, (("lo", -0.1), ("la", -2.5))))
+    rec.token(rid, 2, Token(7, "", t0 + 0.75))
+    result = ParseResult("think", "Hello 🙂", (), "stop", {})
+    rec.finish(rid, Finish("stop", TIMINGS), result)
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with Recorder(path, model="SmolLM2", pack="smollm2") as rec:
+        _write_one(rec)
+    session = read_session(path)
+    assert session.header["format"] == "prism-session"
+    assert session.header["version"] == 1
+    assert session.model == "SmolLM2"
+    assert session.header["pack"] == "smollm2"
+    assert "T" in session.header["created"]
+    (r,) = session.requests
+    assert r.id == "r1"
+    assert r.prompt == "<prompt>"
+    assert r.start_state == "reasoning"
+    assert r.api == "openai" and r.dialect == "hermes-json"
+    assert r.stream_tools is False
+    assert r.tools == REQ.tools
+    assert r.text == "Hello 🙂"
+    assert [t.id for t in r.tokens] == [5, 6, 7]
+    assert [t.t for t in r.tokens] == [0.25, 0.5, 0.75]  # relative to the request's start
+    assert r.tokens[1].top == (("lo", -0.1), ("la", -2.5))
+    assert r.finish == "stop"
+    assert r.timings == TIMINGS
+    assert r.result is not None and r.result["content"] == "Hello 🙂"
+    assert r.result["anomalies"]["implicit_reasoning_end"] == 0
+    assert request_from_dict(r.request) == REQ
+    assert request_to_dict(REQ) == r.request
+
+
+def test_every_line_is_a_record(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with Recorder(path) as rec:
+        _write_one(rec)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kinds = [json.loads(line).get("type") for line in lines]
+    assert kinds == [None, "request", "token", "token", "token", "finish"]
+
+
+def test_flushed_per_record_while_open(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    rec = Recorder(path, model="m")
+    try:
+        rec.request("a", {"messages": []}, "p", t0=1.0)
+        rec.token("a", 0, Token(1, "x", 1.5))
+        live = read_session(path)  # the writer is still open, nothing closed or flushed by us
+        (r,) = live.requests
+        assert r.text == "x"
+        assert r.finish is None and r.timings is None
+        rec.finish("a", Finish("error", Timings(), "boom"))
+        assert read_session(path).requests[0].error == "boom"
+    finally:
+        rec.close()
+
+
+def test_damaged_line_reports_line_number_and_partial(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with Recorder(path) as rec:
+        _write_one(rec, "r1")
+        _write_one(rec, "r2")
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[8] = "{not json\n"  # r2's second token
+    path.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(RecordingError, match=r"line 9") as info:
+        read_session(path)
+    assert info.value.line == 9
+    partial = info.value.partial
+    assert [r.id for r in partial.requests] == ["r1", "r2"]
+    assert partial.requests[0].finish == "stop"
+    assert partial.requests[1].text == "Hel" and partial.requests[1].finish is None
+    assert read_session(path, strict=False) == partial
+
+
+def test_truncated_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with Recorder(path) as rec:
+        _write_one(rec)
+    data = path.read_text(encoding="utf-8")
+    path.write_text(data[: data.rindex('"timings"')], encoding="utf-8")  # killed mid-write
+    with pytest.raises(RecordingError, match=r"line 6: truncated") as info:
+        read_session(path)
+    (r,) = info.value.partial.requests
+    assert r.text == "Hello 🙂" and r.finish is None
+    assert read_session(path, strict=False).requests == (r,)
+
+
+@pytest.mark.parametrize(
+    ("first_line", "message"),
+    [
+        ('{"format": "other", "version": 1}', "not a prism-session"),
+        ('{"format": "prism-session", "version": 2}', "unsupported version 2"),
+        ("[1, 2]", "not a JSON object"),
+    ],
+)
+def test_bad_header(tmp_path: Path, first_line: str, message: str) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text(first_line + "\n", encoding="utf-8")
+    with pytest.raises(RecordingError, match=f"line 1: {message}") as info:
+        read_session(path)
+    assert info.value.partial.requests == ()
+
+
+def test_empty_file_and_records_for_unknown_requests(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    with pytest.raises(RecordingError, match="line 1: empty"):
+        read_session(empty)
+    orphan = tmp_path / "orphan.jsonl"
+    orphan.write_text(
+        '{"format": "prism-session", "version": 1}\n'
+        '{"type": "note", "text": "future record types are skipped"}\n'
+        '{"type": "token", "id": "zz", "i": 0, "tok": 1, "text": "x", "t": 0}\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(RecordingError, match=r"line 3: bad token record: .*unknown request"):
+        read_session(orphan)
+
+
+def test_default_session_path() -> None:
+    p = default_session_path()
+    assert p.parent.name == "sessions"
+    assert p.parent.parent.name == "prism"
+    assert p.suffix == ".jsonl"
+
+
+def test_default_path_never_clobbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.record.recording as recording
+
+    fixed = tmp_path / "sessions" / "20250101-120000.jsonl"
+    monkeypatch.setattr(recording, "default_session_path", lambda: fixed)
+    with Recorder() as a, Recorder() as b:
+        assert a.path == fixed
+        assert b.path == fixed.with_name("20250101-120000-2.jsonl")
+
+
+def test_a_name_taken_between_check_and_open_is_not_clobbered(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """Two instances started in the same second race for one name (issue 10, item 4): the
+    second must get a file of its own even when its check saw the name free."""
+    import engine.record.recording as recording
+
+    fixed = tmp_path / "sessions" / "20250101-120000.jsonl"
+    monkeypatch.setattr(recording, "default_session_path", lambda: fixed)
+    with Recorder() as a:
+        _write_one(a)
+        # as if the other instance created the file just after this one looked for it
+        monkeypatch.setattr(Path, "exists", lambda self, **kw: False)
+        with Recorder() as b:
+            _write_one(b, "r2")
+    monkeypatch.undo()
+    assert a.path != b.path
+    assert [r.id for r in read_session(a.path).requests] == ["r1"]
+    assert [r.id for r in read_session(b.path).requests] == ["r2"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX permissions")
+def test_recordings_are_private(tmp_path: Path, monkeypatch) -> None:
+    import platformdirs
+
+    monkeypatch.setattr(platformdirs, "user_data_dir", lambda name: str(tmp_path / name))
+    old = os.umask(0o022)  # the usual umask, which left files 0644 and folders 0755
+    try:
+        with Recorder() as rec:
+            _write_one(rec)
+        explicit = tmp_path / "mine.jsonl"
+        explicit.write_text("", encoding="utf-8")
+        explicit.chmod(0o644)
+        Recorder(explicit).close()
+    finally:
+        os.umask(old)
+    assert rec.path.parent == tmp_path / "prism" / "sessions"
+    assert stat.S_IMODE(rec.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(rec.path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(explicit.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(("fields", "api", "dialect"), [
+    ({"api": "anthropic", "dialect": "qwen-xml"}, "anthropic", "qwen-xml"),  # this version
+    ({"dialect": "openai", "parser_dialect": "hermes-json"}, "openai", "hermes-json"),  # before
+    ({"dialect": "qwen-xml"}, "responses", "qwen-xml"),  # earliest: dialect was the parser's
+])
+def test_older_files_name_the_client_and_the_dialect_differently(tmp_path: Path, fields, api,
+                                                                  dialect) -> None:
+    header = {"format": "prism-session", "version": 1, "model": "m", "pack": "p"}
+    body = {"messages": [{"role": "user", "content": "hi"}], "dialect": "responses"}
+    rec = {"type": "request", "id": "r1", "request": body, "prompt": "p", **fields}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(rec) + "\n", encoding="utf-8")
+    (r,) = read_session(path).requests
+    assert (r.api, r.dialect) == (api, dialect)
+    # The request body of those files names its client `dialect` too.
+    assert request_from_dict(r.request).api == "responses"
+
+
+def test_the_loader_tells_recordings_from_text_and_reads_past_damage(tmp_path: Path,
+                                                                     caplog) -> None:
+    path = tmp_path / "named-like-text.txt"  # recognised by its header, not its name
+    with Recorder(path, model="m") as rec:
+        _write_one(rec)
+        rec.request("r2", REQ, "<prompt>", t0=200.0)
+        rec.token("r2", 0, Token(9, "cut", 200.1))
+    text = tmp_path / "out.jsonl"
+    text.write_text('{"format": "something else"}\nplain words', encoding="utf-8")
+    assert is_recording(path) and not is_recording(text)
+    path.write_text(path.read_text(encoding="utf-8") + '{"type": "tok', encoding="utf-8")
+    with caplog.at_level("WARNING", logger="prism"):
+        session = load_recording(path)
+    assert "truncated" in caplog.text
+    first, cut = session.requests
+    assert first.outcome == ("stop", None)
+    assert cut.outcome == ("error", "the recording ends before this request finished")

@@ -1,0 +1,369 @@
+"""engine/record/replay.py: plain text and recorded sources, pacing, cancel, repeat, max_tokens.
+
+The engine runs on a clock of the test's (`Pacer`): time moves only when the engine pauses
+between tokens, so pacing is asserted exactly, and a test that must catch the engine inside a
+pause holds it there instead of sleeping and hoping.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.backends.base import Finish, Job, Timings, Token
+from engine.chat.request import ChatRequest, Message
+from engine.record.recording import Recorder
+from engine.record.replay import ReplayEngine, split_text
+from tests.support import Clock
+
+TEXT = "<think>\nThe user greets me. 🙂 Reply briefly.\n</think>\n\nHello there, friend!  \n"
+
+
+class Collector:
+    """A job plus what came back for it."""
+
+    def __init__(self, **kw) -> None:
+        self.tokens: list[Token] = []
+        self.finish: Finish | None = None
+        self.done = threading.Event()
+        self.job = Job(
+            prompt=kw.pop("prompt", "hi"),
+            on_token=self.tokens.append,
+            on_finish=self._finished,
+            **kw,
+        )
+
+    def _finished(self, fin: Finish) -> None:
+        self.finish = fin
+        self.done.set()
+
+    @property
+    def text(self) -> str:
+        return "".join(t.text for t in self.tokens)
+
+    def wait(self, timeout: float = 10.0) -> Finish:
+        assert self.done.wait(timeout), "job did not finish"
+        assert self.finish is not None
+        return self.finish
+
+
+def run(engine: ReplayEngine, request: ChatRequest | None = None, **kw) -> Collector:
+    """Play one job to its end; with a request, prepared for it first (as the service does)."""
+    c = Collector(**kw)
+    if request is not None:
+        engine.prepare(c.job, request)
+    engine.submit(c.job)
+    c.wait()
+    return c
+
+
+@pytest.fixture
+def text_file(tmp_path: Path) -> Path:
+    p = tmp_path / "out.txt"
+    p.write_text(TEXT, encoding="utf-8")
+    return p
+
+
+@pytest.fixture
+def recording(tmp_path: Path) -> Path:
+    """Two requests: 'ab' + 'cd' at 0.1 s, 0.2 s; then 'xyz' in three tokens at 0.1 s steps."""
+    p = tmp_path / "s.jsonl"
+    with Recorder(p, model="recorded-model") as rec:
+        rec.request("r1", {"messages": []}, "p1", t0=0.0)
+        rec.token("r1", 0, Token(11, "ab", 0.1))
+        rec.token("r1", 1, Token(12, "cd", 0.2))
+        rec.finish("r1", Finish("stop", Timings(output_tokens=2)))
+        rec.request("r2", {"messages": []}, "p2", t0=5.0)
+        for i, ch in enumerate("xyz"):
+            rec.token("r2", i, Token(20 + i, ch, 5.0 + 0.1 * (i + 1), ((ch, -0.5),)))
+        rec.finish("r2", Finish("length", Timings(output_tokens=3)))
+    return p
+
+
+class Pacer(Clock):
+    """The engine's clock and pause. Pauses move the time ahead at once; after `hold()`, a
+    pause first waits (on the real clock) until `release()` or its job is cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = threading.Event()  # set once the engine is inside a pause
+        self._go = threading.Event()
+        self._go.set()
+
+    def hold(self) -> None:
+        self._go.clear()
+
+    def release(self) -> None:
+        self._go.set()
+
+    def pause(self, cancelled: threading.Event, seconds: float) -> bool:
+        self.paused.set()
+        while not self._go.wait(0.005) and not cancelled.is_set():
+            pass
+        return super().pause(cancelled, seconds)
+
+
+@pytest.fixture
+def pacer() -> Pacer:
+    return Pacer()
+
+
+@pytest.fixture
+def make(pacer: Pacer) -> Iterator:
+    engines: list[ReplayEngine] = []
+
+    def factory(*sources: Path, speed: float | None = 0.0) -> ReplayEngine:
+        e = ReplayEngine(sources, speed=speed, clock=pacer, pause=pacer.pause)
+        engines.append(e)
+        return e
+
+    yield factory
+    for e in engines:
+        e.close()
+
+
+def test_split_text_is_lossless_and_small() -> None:
+    pieces = split_text(TEXT)
+    assert "".join(pieces) == TEXT
+    assert all(len(p.strip()) <= 4 for p in pieces)
+    assert split_text(TEXT) == pieces  # deterministic
+    assert split_text("") == []
+
+
+def test_plain_text_source(make, text_file: Path) -> None:
+    eng = make(text_file)
+    assert eng.outputs == [TEXT]
+    assert eng.name == "replay"
+    c = run(eng)
+    assert c.text == TEXT
+    assert c.finish.reason == "stop"
+    assert c.finish.timings.output_tokens == len(c.tokens) == len(split_text(TEXT))
+    assert c.finish.timings.prompt_tokens == 1
+    assert eng.state == "idle"
+
+
+def test_recording_source_one_output_per_request(make, recording: Path) -> None:
+    eng = make(recording)
+    assert eng.outputs == ["abcd", "xyz"]
+    assert eng.name == "recorded-model"
+    first = run(eng)
+    assert (first.text, first.finish.reason) == ("abcd", "stop")
+    assert [t.id for t in first.tokens] == [11, 12]
+    second = run(eng)
+    assert (second.text, second.finish.reason) == ("xyz", "length")
+    assert second.tokens[0].top == (("x", -0.5),)
+
+
+def test_last_source_repeats(make, text_file: Path, recording: Path) -> None:
+    eng = make(recording, text_file)
+    texts = [run(eng).text for _ in range(5)]
+    assert texts == ["abcd", "xyz", TEXT, TEXT, TEXT]
+
+
+def test_fifo_when_queued_at_once(make, pacer: Pacer, recording: Path) -> None:
+    eng = make(recording, speed=10.0)
+    order: list[str] = []
+    a, b = Collector(), Collector()
+    a.job.on_finish = lambda f: (order.append("a"), a._finished(f))
+    b.job.on_finish = lambda f: (order.append("b"), b._finished(f))
+    pacer.hold()  # a stays in its first pause, so b is still queued when looked at
+    eng.submit(a.job)
+    eng.submit(b.job)
+    assert pacer.paused.wait(5)
+    assert eng.queue_depth() == 1
+    pacer.release()
+    b.wait()
+    a.wait()
+    assert order == ["a", "b"]
+    assert (a.text, b.text) == ("abcd", "xyz")
+    # b waited while a played its 0.2 s of recording at 10x
+    assert b.finish.timings.queue_ms == pytest.approx(20)
+
+
+def test_instant_vs_paced(make, recording: Path) -> None:
+    instant = run(make(recording, speed=0.0))
+    assert instant.finish.timings.ttft_ms == 0
+    assert instant.tokens[0].t == instant.tokens[1].t  # no pause at all
+    paced = run(make(recording, speed=1.0))
+    gap = paced.tokens[1].t - paced.tokens[0].t
+    assert gap == pytest.approx(0.1)  # tokens recorded at 0.1 s and 0.2 s
+    assert paced.finish.timings.ttft_ms == pytest.approx(100)
+    assert paced.finish.timings.decode_ms == pytest.approx(100)
+    fast = run(make(recording, speed=4.0))
+    assert fast.finish.timings.ttft_ms == pytest.approx(25)
+    assert fast.tokens[1].t - fast.tokens[0].t == pytest.approx(0.025)
+
+
+def test_plain_text_nominal_pace(make, text_file: Path) -> None:
+    eng = make(text_file, speed=10.0)  # 50 tok/s x 10
+    c = run(eng)
+    n = len(c.tokens)
+    assert c.tokens[-1].t - c.tokens[0].t == pytest.approx((n - 1) / 500)
+
+
+def test_cancel_between_tokens(make, text_file: Path) -> None:
+    eng = make(text_file, speed=1.0)
+    c = Collector()
+
+    def take(tok: Token) -> None:
+        c.tokens.append(tok)
+        if len(c.tokens) == 3:
+            c.job.cancel()
+
+    c.job.on_token = take
+    eng.submit(c.job)
+    fin = c.wait()
+    assert fin.reason == "cancelled"
+    assert len(c.tokens) == 3 == fin.timings.output_tokens
+    assert TEXT.startswith(c.text)
+
+
+def test_cancel_interrupts_the_pause(make, pacer: Pacer, text_file: Path) -> None:
+    eng = make(text_file, speed=1.0)
+    pacer.hold()
+    c = Collector()
+    eng.submit(c.job)
+    assert pacer.paused.wait(5)  # waiting for its first token
+    c.job.cancel()
+    fin = c.wait()
+    assert fin.reason == "cancelled" and c.tokens == []
+
+
+def test_max_tokens_gives_length(make, text_file: Path) -> None:
+    eng = make(text_file)
+    c = run(eng, max_tokens=4)
+    assert c.finish.reason == "length"
+    assert len(c.tokens) == 4
+    assert c.text == "".join(split_text(TEXT)[:4])
+
+
+def test_stop_strings(make, text_file: Path) -> None:
+    eng = make(text_file)
+    c = run(eng, stop=("</think>",))
+    assert c.finish.reason == "stop"
+    assert c.text == TEXT[: TEXT.index("</think>")]
+
+
+def test_close_cancels_running_and_waiting_jobs(make, pacer: Pacer, text_file: Path) -> None:
+    eng = make(text_file, speed=1.0)
+    pacer.hold()
+    running, waiting = Collector(), Collector()
+    eng.submit(running.job)
+    eng.submit(waiting.job)
+    assert pacer.paused.wait(5)  # the first job is inside its pause, the second queued
+    eng.close()
+    assert running.wait().reason == "cancelled"
+    assert waiting.wait().reason == "cancelled"
+    with pytest.raises(RuntimeError):
+        eng.submit(Collector().job)
+
+
+def test_damaged_recording_plays_what_precedes(make, recording: Path, caplog) -> None:
+    data = recording.read_text(encoding="utf-8")
+    recording.write_text(
+        data[: data.rindex('{"type": "finish"')] + '{"type": "fin', encoding="utf-8"
+    )
+    eng = make(recording)
+    assert eng.outputs == ["abcd", "xyz"]
+    run(eng)
+    c = run(eng)
+    # cut off by a crash: what was recorded, capped, rather than an error that never happened
+    assert (c.text, c.finish.reason, c.finish.error) == ("xyz", "length", None)
+    assert any("truncated" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_callback_ends_that_job_only(make, text_file: Path) -> None:
+    eng = make(text_file)
+    c = Collector()
+
+    def boom(tok: Token) -> None:
+        raise RuntimeError("consumer bug")
+
+    c.job.on_token = boom
+    eng.submit(c.job)
+    fin = c.wait()
+    assert fin.reason == "error" and "consumer bug" in (fin.error or "")
+    assert run(eng).finish.reason == "stop"
+
+
+# --- matching requests to recorded ones (issue 9, item 6) ------------------------------------
+
+CHAT = ChatRequest(messages=(Message("system", "You are helpful."),
+                             Message("user", "Weather in Paris?")), tools=({"type": "x"},))
+TITLE = ChatRequest(messages=(Message("user", "Write a title for: Weather in Paris?"),))
+FOLLOW_UP = ChatRequest(messages=(*CHAT.messages,
+                                  Message("assistant", "", tool_calls=({
+                                      "id": "call_1", "type": "function", "function": {
+                                          "name": "get_weather",
+                                          "arguments": {"city": "Paris"}}},)),
+                                  Message("tool", "sunny", tool_call_id="call_1")))
+
+
+@pytest.fixture
+def agent_session(tmp_path: Path) -> Path:
+    """What an agent's client sent, in this order: the chat, its title, the tool result."""
+    p = tmp_path / "agent.jsonl"
+    with Recorder(p, model="m") as rec:
+        for rid, req, text in (("chat", CHAT, "<tool_call>call</tool_call>"),
+                               ("title", TITLE, "Paris weather"),
+                               ("after", FOLLOW_UP, "It is sunny.")):
+            rec.request(rid, req, "prompt", start_state="content", dialect="hermes-json",
+                        t0=0.0)
+            rec.token(rid, 0, Token(1, text, 0.1))
+            rec.finish(rid, Finish("stop", Timings(output_tokens=1)))
+    return p
+
+
+def test_each_request_gets_the_output_recorded_for_its_conversation(make, agent_session):
+    eng = make(agent_session)
+    # The title request reaches the server first now: it must not take the chat's tool call.
+    assert run(eng, TITLE).text == "Paris weather"
+    # the client sends back another call id than the recording holds: still the same turn
+    follow_up = ChatRequest(messages=tuple(
+        Message(m.role, m.content, tool_calls=tuple(
+            {**c, "id": "call_9"} for c in m.tool_calls), tool_call_id=m.tool_call_id
+            and "call_9") for m in FOLLOW_UP.messages), tools=CHAT.tools)
+    assert run(eng, follow_up).text == "It is sunny."
+    assert run(eng, CHAT).text == "<tool_call>call</tool_call>"
+    assert run(eng, CHAT).text == "<tool_call>call</tool_call>"  # a repeat, the same answer
+
+
+def test_the_last_user_message_matches_when_the_conversation_differs(make, agent_session):
+    eng = make(agent_session)
+    other_system = ChatRequest(messages=(Message("system", "Be terse."),
+                                         Message("user", "Weather in Paris?")))
+    # the chat and its follow-up share the last user message: the first unused, in order
+    assert run(eng, other_system).text == "<tool_call>call</tool_call>"
+    assert run(eng, other_system).text == "It is sunny."
+
+
+def test_a_request_the_recording_does_not_hold_is_a_clear_error(make, agent_session):
+    c = run(make(agent_session), ChatRequest(messages=(Message("user", "Hello?"),)))
+    assert c.tokens == [] and (c.finish.reason, c.finish.status) == ("error", 400)
+    assert "no recorded request" in c.finish.error and "'Hello?'" in c.finish.error
+
+
+def test_recorded_start_state_and_dialect_come_back(make, agent_session):
+    eng = make(agent_session)
+    assert eng.prepare(Collector().job, TITLE) == ("content", "hermes-json")
+
+
+def test_plain_text_keeps_its_order_and_can_go_to_tool_requests_only(make, tmp_path: Path):
+    paths = []
+    for i, text in enumerate(("first", "second")):
+        paths.append(tmp_path / f"{i}.txt")
+        paths[-1].write_text(text, encoding="utf-8")
+    eng = make(*paths)
+    assert [run(eng, TITLE).text, run(eng, CHAT).text] == ["first", "second"]
+    only = ReplayEngine(paths, tools_only=True)
+    try:
+        title = run(only, TITLE)
+        assert (title.finish.reason, title.finish.status) == ("error", 400)
+        assert "--replay-tools-only" in title.finish.error
+        assert [run(only, CHAT).text, run(only, CHAT).text] == ["first", "second"]
+        assert only.prepare(Collector().job, CHAT) is None  # plain text: the pack decides
+    finally:
+        only.close()
