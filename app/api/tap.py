@@ -30,7 +30,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
-from engine.upstream import UpstreamEngine
+from engine.backends.upstream.engine import UpstreamEngine
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
