@@ -66,13 +66,12 @@ _LOOKBACK = 256  # a tag split over two call events is found when the second one
 def call_tags(dialect: str) -> re.Pattern | None:
     """The family's markers as one pattern (its preserved tokens, its call openers and its
     whole tags); None for `auto` and the `<tool_call>` dialects, which list none."""
-    mod = dialects.DIALECTS.get(dialect)
-    tokens = getattr(mod, "PRESERVED_TOKENS", ())
+    fam = dialects.get(dialect)
+    tokens = fam.preserved_tokens if fam is not None else ()
     if not tokens:
         return None
-    marks = getattr(mod, "MARKERS", None)
-    literals = {*tokens, *(marks.calls if marks else ())} - {*(marks.body_openers if marks
-                                                                else ())}
+    marks = fam.markers
+    literals = {*tokens, *marks.calls} - {*marks.body_openers}
     literals = {t for t in literals if t.strip() and t != "｜DSML｜"}  # a fragment, not a tag
     alts = [*_TAG_FORMS.get(dialect, ()), *map(re.escape, sorted(literals, key=len,
                                                                     reverse=True))]

@@ -30,7 +30,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
-from engine.backends.upstream.engine import UpstreamEngine
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
@@ -40,6 +39,7 @@ from app.api.errors import APIError
 from app.api.state import AppState, get_state
 from app.api.tap_readers import READERS, LeakWatch, Reader, Synth
 from engine.backends.base import Finish, Job, Timings, Token
+from engine.backends.upstream.engine import UpstreamEngine
 from engine.chat.request import ChatRequest
 from engine.service import Run
 

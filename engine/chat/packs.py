@@ -35,7 +35,7 @@ RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 TEMPLATES = RESOURCES / "templates"
 PACKS = RESOURCES / "packs"
 DEFAULT_PACK = "smollm2"
-DIALECTS = ("qwen-xml", "hermes-json", "auto", *families.BY_DIALECT)
+DIALECTS = dialects.NAMES
 # Fallback templates for a GGUF without one, by general.architecture.
 ARCH_TEMPLATES = {"qwen2": "qwen3_hermes", "qwen3": "qwen3_hermes", "qwen3moe": "qwen3_hermes",
                   "gemma3": "gemma3", "gemma3_text": "gemma3", "llama": "chatml",
@@ -134,7 +134,8 @@ def _detected(template: str, origin: str) -> dict[str, Any]:
         why = "no family marker in the chat template"
     log.info("[prism] dialect %s (%s, %s)", dialect, why, origin)
     fam = found.family
-    thinking = fam.thinking if fam is not None else THINK_OPEN in template
+    thinking = fam.thinking if fam is not None and fam.thinking is not None \
+        else THINK_OPEN in template
     return {"dialect": dialect, "thinking": thinking, "dialect_origin": why}
 
 

@@ -283,7 +283,7 @@ def _is_opener(after_tag: str) -> bool:
     """After `<tool_call>` and optional whitespace: a dialect's opener (`<function=` for Qwen
     XML, `{"name"` for Hermes JSON), decided by the dialects themselves, as the parser does."""
     j = skip_ws(after_tag, 0)
-    return j >= 0 and dialects.opener_dialect("auto", after_tag, j)[0] == FULL
+    return j >= 0 and dialects.opener_family("auto", after_tag, j)[0] == FULL
 
 
 def find_call_start(reasoning: str) -> int:
@@ -350,6 +350,7 @@ def repair_history(messages: Iterable[Message], dialect: str = "auto") -> tuple[
     """Every assistant turn whose thinking swallowed a tool call, closed before the call. The
     model families other than Qwen / Hermes (`dialect`) are repaired by engine/chat/detect.py,
     with their own markers."""
-    if dialect in families.BY_DIALECT:
+    fam = dialects.get(dialect)
+    if fam is not None and not fam.fallback:
         return tuple(families.repair_message(m, dialect) for m in messages)
     return tuple(repair_message(m) for m in messages)

@@ -44,7 +44,7 @@ class CallStates:
         # (Llama's `{`).
         body = i if bare or keep else i + len(opener)
         b = self._base
-        self._call = mod.CallParser(self._schemas, self.stream_tools)
+        self._call = mod.call_parser(self._schemas, self.stream_tools)
         if bare:
             self._call.repaired(NO_CALL_OPEN)
         self._call_origin = self._chan

@@ -81,7 +81,7 @@ class TagStates:
                     if j == len(buf):
                         undecided = True
                     elif j >= 0:
-                        found, mod = dialects.opener_dialect(self.dialect, buf, j)
+                        found, mod = dialects.opener_family(self.dialect, buf, j)
                         if found == FULL:
                             self._handoff = self._open_call(
                                 i, mod, opener=opener, keep=opener in mk.body_openers)
@@ -94,7 +94,7 @@ class TagStates:
                 # sometimes skips `<tool_call>` (issue 11); repaired if its body is a call.
                 m = qwen_xml.match_opener(buf, i)
                 if m == FULL:
-                    self._handoff = self._open_call(i, qwen_xml, bare=True)
+                    self._handoff = self._open_call(i, qwen_xml.FAMILY, bare=True)
                     return _CALL
                 undecided = undecided or m == PREFIX
         frame_on = not quoted and self._frames and (chan == CONTENT or mk.reopen)

@@ -22,7 +22,7 @@ import anthropic
 import openai
 import pytest
 
-from engine.chat.detect import BY_DIALECT, detect, start_state
+from engine.chat.detect import detect, start_state
 from engine.chat.packs import resolve_pack
 from engine.chat.request import Message
 from engine.parse import families as dialects
@@ -150,7 +150,7 @@ CASES: dict[str, Case] = {
 
 
 def family_of(name: str) -> str:
-    return next(d for d in sorted(BY_DIALECT, key=len, reverse=True) if name.startswith(d))
+    return next(d for d in sorted(dialects.REGISTRY, key=len, reverse=True) if name.startswith(d))
 
 
 def needs_parser(name: str) -> str:

@@ -1,31 +1,29 @@
-"""The model families' dialects: how each family marks its reasoning and its tool calls.
+"""The model families: one module per family, each ending with its `Family` record.
 
-Each dialect module exposes the same few names (mlx-lm style):
+A family module owns everything of its family (registry.py's contract): its markers, its
+streaming reader of one call (`match_opener` and `CallParser`), its writer, its detection
+markers, stops, preserved tokens and forced-call grammar, then registers one `FAMILY`. This
+package's face is the registry built from those records:
 
-- `NAME`: the dialect's name on the command line ("qwen-xml", "harmony", ...).
-- `MARKERS` (engine/parse/markers.py `Markers`): its reasoning opener and closer, its call openers
-and
-  message-frame tags; the `<think>` / `<tool_call>` ones when absent (Qwen XML, Hermes JSON).
-- `PRESERVED_TOKENS`: the special tokens the parser must see as text (the engine renders
-  exactly these; engine/chat/detect.py collects them).
-- `match_opener(text, i) -> Match`: does a call body begin at `text[i]` (right after a call
-  opener and whitespace)? FULL, PREFIX (the text ends inside something that could still
-  become one) or NONE.
-- `CallParser(schemas, stream)`: an incremental reader for one call body (the text right after
-  the call opener), fed with `feed(text)` and closed with `finish()`. It appends
-  `(kind, text, rel_end)` items to `out` ("start" with the name, "args" with a JSON fragment)
-  and sets `done`/`end`/`error`/`resume`/`name`/`arguments`; optionally `follow()`, the reader
-  of the next call of the same list (Mistral's, Llama's).
+- `REGISTRY`: name -> `Family`, every family; `NAMES`: "auto" and every family's name.
+- `get(name)`: the family, None for `auto`; `detect_order()`: the order detection tries them.
+- `markers(name)`, `opener_family(name, text, i)`: what the parser asks.
 
-Shared readers: engine/parse/families/framed.py (markers around a name and JSON arguments),
-engine/parse/families/tagged.py (key/value parameters between tags). This package owns the choice of
-dialect (`opener_dialect`, `markers`); the parser owns everything around the body
-(docs/design.md, section 4). Pure Python, run by whichever thread drives the parser.
+A family's reader: `match_opener(text, i) -> Match`: does a call body begin at `text[i]` (right
+after a call opener and whitespace)? FULL, PREFIX (the text ends inside something that could
+still become one) or NONE. `CallParser(schemas, stream)`: an incremental reader for one call
+body, fed with `feed(text)` and closed with `finish()`; it appends `(kind, text, rel_end)` items
+to `out` ("start" with the name, "args" with a JSON fragment) and sets `done`/`end`/`error`/
+`resume`/`name`/`arguments`; optionally `follow()`, the reader of the next call of the same list
+(Mistral's, Llama's).
+
+Shared readers: framed.py (markers around a name and JSON arguments), tagged.py (key/value
+parameters between tags), common.py (matching and the call-body base). Adding a family is one
+module here and one line in `_MODULES`. Pure Python, standard library only, run by whichever
+thread drives the parser (docs/design.md, sections 4 and 8).
 """
 
 from __future__ import annotations
-
-from types import ModuleType
 
 from engine.parse.families import (
     deepseek,
@@ -41,37 +39,46 @@ from engine.parse.families import (
     qwen_xml,
 )
 from engine.parse.families.common import FULL, NONE, PREFIX, Match
+from engine.parse.families.registry import (
+    CallGrammar,
+    Family,
+    Writer,
+    detect_order,
+    families,
+    get,
+)
 from engine.parse.markers import THINK_MARKERS, Markers
 
-# The families, in the order of issue 12 after the two `<think>` / `<tool_call>` dialects.
-_FAMILIES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, kimi_k2, minimax_xml,
-             mistral, gemma4, llama3_json)
-DIALECTS = {mod.NAME: mod for mod in _FAMILIES}
-NAMES = ("auto", *DIALECTS)
-# `auto` reads the two `<tool_call>` dialects, whichever opener the model writes (never the
+# Importing a module registers its family; this tuple only keeps the imports in one place.
+_MODULES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, kimi_k2, minimax_xml,
+            mistral, gemma4, llama3_json)
+REGISTRY: dict[str, Family] = {f.name: f for f in families()}
+NAMES = ("auto", *REGISTRY)
+# `auto` reads the two `<tool_call>` families, whichever opener the model writes (never the
 # other families: GLM's `<tool_call>NAME` must not become a call of a Qwen model).
-AUTO = (qwen_xml, hermes_json)
+AUTO = (REGISTRY["qwen-xml"], REGISTRY["hermes-json"])
 
-__all__ = ["DIALECTS", "FULL", "NAMES", "NONE", "PREFIX", "Match", "markers", "opener_dialect"]
-
-
-def markers(dialect: str) -> Markers:
-    """The family's tags (`auto`, Qwen XML and Hermes JSON share `<think>` / `<tool_call>`)."""
-    mod = DIALECTS.get(dialect)
-    return getattr(mod, "MARKERS", THINK_MARKERS)
+__all__ = ["FULL", "NAMES", "NONE", "PREFIX", "REGISTRY", "CallGrammar", "Family", "Match",
+           "Writer", "detect_order", "get", "markers", "opener_family"]
 
 
-def opener_dialect(dialect: str, text: str, i: int) -> tuple[Match, ModuleType | None]:
-    """Which dialect's opener starts at text[i]: (FULL, module), (PREFIX, None) or (NONE, None).
+def markers(name: str) -> Markers:
+    """The family's tags (`auto` reads `<think>` / `<tool_call>`, as Qwen XML and Hermes do)."""
+    fam = REGISTRY.get(name)
+    return fam.markers if fam is not None else THINK_MARKERS
 
-    `dialect` is "auto" or one of DIALECTS; auto accepts either opener.
+
+def opener_family(name: str, text: str, i: int) -> tuple[Match, Family | None]:
+    """Which family's opener starts at text[i]: (FULL, family), (PREFIX, None) or (NONE, None).
+
+    `name` is "auto" or one of REGISTRY; auto accepts either `<tool_call>` family's opener.
     """
-    mods = AUTO if dialect == "auto" else (DIALECTS[dialect],)
+    fams = AUTO if name == "auto" else (REGISTRY[name],)
     undecided = False
-    for mod in mods:
-        m = mod.match_opener(text, i)
+    for fam in fams:
+        m = fam.match_opener(text, i)
         if m == FULL:
-            return FULL, mod
+            return FULL, fam
         if m == PREFIX:
             undecided = True
     return (PREFIX, None) if undecided else (NONE, None)

@@ -24,10 +24,12 @@ requires the section); a call whose arguments are complete is accepted at the en
 
 from __future__ import annotations
 
+import json
 import re
 
 from engine.parse.families.common import FULL, NONE, PREFIX, Match
 from engine.parse.families.framed import FramedBody, call_or_word
+from engine.parse.families.registry import Family, register, think_writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "deepseek"
@@ -141,3 +143,17 @@ class CallParser(FramedBody):
 
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+
+
+def _write_call(call, index: int) -> str:
+    return CALL_BEGIN + call.name + SEP + json.dumps(call.arguments, ensure_ascii=False) + CALL_END
+
+
+FAMILY = register(Family(
+    name=NAME, models="DeepSeek R1, V3, V3.1", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=think_writer(_write_call, calls_open=CALLS_BEGIN, calls_sep="",
+                  calls_close=CALLS_END),
+    detect=(CALLS_BEGIN, "<｜Assistant｜>"), stops=("<｜end▁of▁sentence｜>",),
+    preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="deepseek",
+))

@@ -21,8 +21,11 @@ only of one leading and one trailing newline, as the other XML-like families.
 
 from __future__ import annotations
 
+import json
+
 from engine.parse.families.common import Match
 from engine.parse.families.framed import call_or_word
+from engine.parse.families.registry import Family, register, think_writer
 from engine.parse.families.tagged import TaggedCall
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
@@ -60,3 +63,21 @@ class CallParser(TaggedCall):
         if flag == 'string="false"':
             return False
         return None
+
+
+def _write_call(call, index: int) -> str:
+    params = "".join(
+        f'{PARAM}{k}" string="{"true" if isinstance(v, str) else "false"}">'
+        f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}{PARAM_END}\n"
+        for k, v in call.arguments.items())
+    return f'{INVOKE}{call.name}">\n{params}{INVOKE_END}\n'
+
+
+FAMILY = register(Family(
+    name=NAME, models="DeepSeek V3.2, V4", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=think_writer(_write_call, calls_open=SECTION + "\n", calls_sep="",
+                  calls_close=SECTION_END),
+    detect=("｜DSML｜",), supersedes=("deepseek",), stops=("<｜end▁of▁sentence｜>",),
+    preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="dsml",
+))

@@ -25,6 +25,7 @@ import re
 
 from engine.parse.families.common import PREFIX, Match, match_literal
 from engine.parse.families.framed import FramedBody
+from engine.parse.families.registry import Family, Writer, register
 from engine.parse.markers import Markers
 
 NAME = "gemma4"
@@ -187,3 +188,29 @@ class CallParser(FramedBody):
 
 
 __all__ = ["MARKERS", "NAME", "PREFIX", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+
+
+def _write_value(v) -> str:
+    """A value in Gemma's own syntax: strings in `<|"|>`, bare keys, numbers and words."""
+    if isinstance(v, str):
+        return QUOTE + v + QUOTE
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k if _KEY.fullmatch(k) else json.dumps(k)}:{_write_value(x)}"
+                              for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(_write_value(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+def _write_call(call, index: int) -> str:
+    return f"{CALL}{_CALL_WORD}{call.name}{_write_value(call.arguments)}{CALL_END}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="Gemma 4", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=Writer(_write_call, reasoning_open=THOUGHT + "\n", reasoning_close=THOUGHT_END,
+                  calls_sep=""),
+    detect=(CALL, "<|channel>", "<|turn>"), stops=("<turn|>",), preserved_tokens=PRESERVED_TOKENS,
+    thinking=False, pack="gemma4",
+))

@@ -20,8 +20,11 @@ accepted at the end of output without `</tool_call>`.
 
 from __future__ import annotations
 
+import json
+
 from engine.parse.families.common import Match
 from engine.parse.families.framed import word_then
+from engine.parse.families.registry import Family, register, think_writer
 from engine.parse.families.tagged import TaggedCall
 from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN, Markers
 
@@ -45,3 +48,20 @@ class CallParser(TaggedCall):
     VALUE_OPEN = "<arg_value>"
     VALUE_END = "</arg_value>"
     FUNC_CLOSE = CALL_CLOSE
+
+
+def _write_call(call, index: int) -> str:
+    pairs = "".join(
+        f"{KEY}{k}</arg_key>\n<arg_value>"
+        f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</arg_value>\n"
+        for k, v in call.arguments.items())
+    return f"{CALL_OPEN}{call.name}\n{pairs}{CALL_CLOSE}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="GLM-4.5, 4.6, 4.7", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser, writer=think_writer(_write_call),
+    detect=(KEY, "[gMASK]<sop>"), supersedes=("qwen-xml", "hermes-json"),
+    stops=("<|user|>", "<|observation|>"), preserved_tokens=PRESERVED_TOKENS, thinking=True,
+    pack="glm",
+))

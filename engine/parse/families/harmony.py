@@ -23,8 +23,11 @@ to=functions.NAME`) is a call like any other.
 
 from __future__ import annotations
 
+import json
+
 from engine.parse.families.common import PREFIX, Match, match_literal
 from engine.parse.families.framed import FramedBody
+from engine.parse.families.registry import Family, Writer, register
 from engine.parse.markers import Markers
 
 NAME = "harmony"
@@ -95,3 +98,24 @@ class CallParser(FramedBody):
 
 
 __all__ = ["MARKERS", "NAME", "PREFIX", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+
+
+_NEXT = END + "<|start|>assistant"  # a message ends, the next begins
+
+
+def _write_call(call, index: int) -> str:
+    args = json.dumps(call.arguments, ensure_ascii=False)
+    head = f"<|channel|>commentary to={_RECIPIENT}{call.name} <|constrain|>json"
+    return f"{head}{MESSAGE}{args}{CALL_END}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="gpt-oss", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=Writer(_write_call, reasoning_open=ANALYSIS, reasoning_close=_NEXT,
+                  answer_open="<|channel|>final<|message|>", before_calls=_NEXT,
+                  calls_sep="<|start|>assistant"),
+    detect=("<|channel|>",), supersedes=("gemma4",),
+    stops=("<|return|>", "<|call|>"), never_stops=(END,), preserved_tokens=PRESERVED_TOKENS,
+    thinking=True, pack="harmony", repairs_history=False,
+))

@@ -31,7 +31,8 @@ from engine.parse.families.common import (
     match_literal,
     skip_ws,
 )
-from engine.parse.markers import CALL_CLOSE
+from engine.parse.families.registry import Family, register, think_writer
+from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_MARKERS
 
 NAME = "hermes-json"
 _ESC = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -358,3 +359,17 @@ class CallParser(CallBody):
                 self.out.append(("start", name, self._pos))
             if not self._args_streamed:
                 self.out.append(("args", json.dumps(args), self._pos))
+
+
+def _write_call(call, index: int) -> str:
+    body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+    return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="Qwen3 (Hermes JSON calls), Hermes, most ChatML tool templates",
+    markers=THINK_MARKERS, match_opener=match_opener, call_parser=CallParser,
+    writer=think_writer(_write_call),
+    detect=(CALL_OPEN,), fallback=True,
+    thinking=None, pack="qwen3-hermes",
+))

@@ -19,8 +19,11 @@ call when an id and `<|tool_call_argument_begin|>` follow; the model's own id is
 
 from __future__ import annotations
 
+import json
+
 from engine.parse.families.common import FULL, PREFIX, Match
 from engine.parse.families.framed import FramedBody, call_or_word
+from engine.parse.families.registry import Family, register, think_writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "kimi-k2"
@@ -94,3 +97,18 @@ class CallParser(FramedBody):
 
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+
+
+def _write_call(call, index: int) -> str:
+    args = json.dumps(call.arguments, ensure_ascii=False)
+    return f"{CALL}functions.{call.name}:{index}{ARG}{args}{CALL_END}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="Kimi K2, K2-Thinking", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=think_writer(_write_call, calls_open=SECTION, calls_sep="",
+                  calls_close=SECTION_END),
+    detect=(SECTION, "<|im_middle|>"), stops=("<|im_end|>",),
+    preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="kimi-k2",
+))

@@ -19,8 +19,11 @@ no reasoning, so a `</think>` is plain text.
 
 from __future__ import annotations
 
+import json
+
 from engine.parse.families import hermes_json
 from engine.parse.families.common import NONE, WS, Match, match_literal
+from engine.parse.families.registry import Family, Writer, register
 from engine.parse.markers import Markers
 
 NAME = "llama3-json"
@@ -65,3 +68,16 @@ class CallParser(hermes_json.CallParser):
 
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+
+
+def _write_call(call, index: int) -> str:
+    return json.dumps({"name": call.name, "parameters": call.arguments}, ensure_ascii=False)
+
+
+FAMILY = register(Family(
+    name=NAME, models="Llama 3.1-3.3", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser, writer=Writer(_write_call, calls_sep="; "),
+    detect=(PYTHON_TAG, "<|start_header_id|>"), stops=("<|eot_id|>", "<|eom_id|>"),
+    preserved_tokens=PRESERVED_TOKENS, thinking=False, pack="llama3-json",
+    repairs_history=False,
+))

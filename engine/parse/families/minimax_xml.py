@@ -21,8 +21,11 @@ only one leading and one trailing newline.
 
 from __future__ import annotations
 
+import json
+
 from engine.parse.families.common import Match
 from engine.parse.families.framed import call_or_word
+from engine.parse.families.registry import Family, register, think_writer
 from engine.parse.families.tagged import TaggedCall
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
@@ -49,3 +52,21 @@ class CallParser(TaggedCall):
     VALUE_END = "</parameter>"
     FUNC_CLOSE = "</invoke>"
     SECTION_CLOSE = SECTION_END
+
+
+def _write_call(call, index: int) -> str:
+    params = "".join(
+        f'<parameter name="{k}">'
+        f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</parameter>\n"
+        for k, v in call.arguments.items())
+    return f'{INVOKE}{call.name}">\n{params}</invoke>\n'
+
+
+FAMILY = register(Family(
+    name=NAME, models="MiniMax-M2", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=think_writer(_write_call, calls_open=SECTION + "\n", calls_sep="",
+                  calls_close=SECTION_END),
+    detect=(SECTION, "]~b]"), stops=("[e~[",), preserved_tokens=PRESERVED_TOKENS,
+    thinking=True, pack="minimax-xml",
+))

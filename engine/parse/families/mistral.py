@@ -17,9 +17,12 @@ its calls); the answer after a call is text (vLLM drops what follows a `[TOOL_CA
 
 from __future__ import annotations
 
+import json
+
 from engine.parse.families import hermes_json
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
 from engine.parse.families.framed import FramedBody, word_then
+from engine.parse.families.registry import Family, Writer, register
 from engine.parse.markers import Markers
 
 NAME = "mistral"
@@ -123,3 +126,16 @@ class CallParser(FramedBody):
 
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+
+
+def _write_call(call, index: int) -> str:
+    return CALLS + call.name + ARGS + json.dumps(call.arguments, ensure_ascii=False)
+
+
+FAMILY = register(Family(
+    name=NAME, models="Mistral Small 3.x, Magistral, Devstral", markers=MARKERS,
+    match_opener=match_opener, call_parser=CallParser,
+    writer=Writer(_write_call, reasoning_open=THINK, reasoning_close=THINK_END, calls_sep=""),
+    detect=(CALLS, THINK), stops=("</s>",), preserved_tokens=PRESERVED_TOKENS,
+    thinking=False, pack="mistral",
+))

@@ -34,7 +34,8 @@ from engine.parse.families.common import (
     match_literal,
     skip_ws,
 )
-from engine.parse.markers import CALL_CLOSE
+from engine.parse.families.registry import Family, register, think_writer
+from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_MARKERS
 from engine.parse.schema import (
     STRING,
     convert,
@@ -398,3 +399,22 @@ class CallParser(CallBody):
     def _close_function(self) -> None:
         self._emit("args", "}" if self._nparams else "{}")
         self._st = _AFTER
+
+
+def _write_value(v) -> str:
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+
+def _write_call(call, index: int) -> str:
+    params = "".join(f"{_PARAM}{k}>\n{_write_value(v)}\n{_END_PARAM}\n"
+                     for k, v in call.arguments.items())
+    return f"{CALL_OPEN}\n{OPENER}{call.name}>\n{params}{_END_FUNC}\n{CALL_CLOSE}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="Qwen3-Coder, Qwen3.5 (XML calls)",
+    markers=THINK_MARKERS, match_opener=match_opener, call_parser=CallParser,
+    writer=think_writer(_write_call),
+    detect=(_PARAM,), fallback=True, supersedes=("hermes-json",),
+    thinking=None, pack="qwen3-xml",
+))

@@ -6,6 +6,7 @@ them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -13,10 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.backends.base import Finish, Job, Token
-from engine.chat import detect as families
 from engine.chat.detect import (
-    BY_DIALECT,
-    FAMILIES,
     detect,
     preserved_tokens,
     repair_message,
@@ -26,11 +24,16 @@ from engine.chat.packs import TEMPLATES, builtin_packs, pack_from_dir, pack_from
 from engine.chat.request import Message, Sampling
 from engine.chat.template import ChatTemplate, repair_history
 from engine.parse import families as dialects
+from engine.parse.families import registry
 from tests.engine.chat.test_packs import write_gguf
+
+# The families with a pack of their own (the `<tool_call>` families are detected last).
+FAMILIES = tuple(f for f in dialects.REGISTRY.values() if not f.fallback)
+BY_DIALECT = {f.name: f for f in FAMILIES}
 
 # One line from each family's real chat template (the markers detection must read), with the
 # dialect it names. The DeepSeek V3.2 line also mentions V3's call marker, GLM's writes
-# <tool_call>, Harmony's Gemma-like `<|channel`: the order in FAMILIES decides them.
+# <tool_call>, Harmony's Gemma-like `<|channel`: the registry's order decides them.
 REAL_SNIPPETS = {
     "harmony": "{{- '<|start|>assistant<|channel|>analysis<|message|>' + message.thinking }}",
     "dsml": "{{ '<｜DSML｜function_calls>' }}{# not <｜tool▁calls▁begin｜> #}",
@@ -56,11 +59,26 @@ def test_detect_reads_each_familys_markers(want):
         assert found.marker in REAL_SNIPPETS[want]
 
 
-def test_every_family_has_its_own_markers_and_a_distinct_dialect():
-    assert len({f.dialect for f in FAMILIES}) == len(FAMILIES)
-    for fam in FAMILIES:  # a marker of one family never selects another one earlier in order
-        for marker in fam.markers:
-            assert detect(marker).dialect == fam.dialect, marker
+def test_every_family_has_its_own_markers_and_a_distinct_name():
+    fams = dialects.REGISTRY.values()
+    assert len({f.name for f in fams}) == len(fams)
+    for fam in fams:  # a marker of one family never selects another one earlier in order
+        for marker in fam.detect:
+            assert detect(marker).dialect == fam.name, marker
+
+
+def test_detection_order_comes_from_the_records():
+    order = [f.name for f in dialects.detect_order()]
+    for fam in dialects.REGISTRY.values():
+        for other in fam.supersedes:
+            assert order.index(fam.name) < order.index(other), (fam.name, other)
+    assert order[-2:] == ["qwen-xml", "hermes-json"]  # the fallback families come last
+    a = dataclasses.replace(dialects.REGISTRY["glm"], name="a", supersedes=("b",))
+    b = dataclasses.replace(dialects.REGISTRY["glm"], name="b", supersedes=("a",))
+    with pytest.raises(ValueError, match="cycle"):
+        registry.detect_order((a, b))
+    c = dataclasses.replace(b, supersedes=())
+    assert [f.name for f in registry.detect_order((c, a))] == ["a", "b"]
 
 
 @pytest.mark.parametrize(("dialect", "prompt", "want"), [
@@ -83,22 +101,13 @@ def test_start_state_per_family(dialect, prompt, want):
     assert start_state(prompt, dialect) == want
 
 
-def test_registered_dialects_agree_with_the_family_table():
-    """The table's reasoning markers (used before a family's parser exists) are the parser's."""
-    for fam in FAMILIES:
-        if fam.dialect in dialects.DIALECTS:
-            m = dialects.markers(fam.dialect)
-            want = (m.think_open, m.think_close) if m.think_open else None
-            assert fam.reasoning == want, fam.dialect
-
-
 def test_preserved_tokens_come_from_the_dialect_modules():
     for name in dialects.NAMES:
         listed = preserved_tokens(name)
         assert len(set(listed)) == len(listed)
-        mod = dialects.DIALECTS.get(name)
-        if mod is not None:
-            assert set(listed) == set(getattr(mod, "PRESERVED_TOKENS", ()))
+        fam = dialects.get(name)
+        if fam is not None:
+            assert set(listed) == set(fam.preserved_tokens)
     # auto reads Qwen XML or Hermes JSON only, whatever other dialects are registered
     assert set(preserved_tokens("auto")) == set(preserved_tokens("qwen-xml")) | set(
         preserved_tokens("hermes-json"))
@@ -130,19 +139,19 @@ def test_a_gguf_template_names_its_family_and_the_log_says_why(tmp_path, caplog)
     assert pack.thinking
 
 
-@pytest.mark.parametrize("fam", FAMILIES, ids=[f.dialect for f in FAMILIES])
+@pytest.mark.parametrize("fam", FAMILIES, ids=[f.name for f in FAMILIES])
 def test_each_family_gguf_is_detected_from_its_template_or_architecture(fam, tmp_path):
     spec = builtin_packs()[fam.pack]
     template = (TEMPLATES / spec.template).read_text(encoding="utf-8")
-    want = fam.dialect if fam.dialect in dialects.NAMES else "auto"
+    want = fam.name if fam.name in dialects.NAMES else "auto"
     pack = pack_from_gguf(write_gguf(tmp_path / "own.gguf", {
         "general.architecture": "x", "tokenizer.chat_template": template}))
     assert (pack.dialect, pack.thinking) == (want, fam.thinking)
     assert f"from {detect(template).marker!r}" in pack.dialect_origin
-    assert pack.stop[: len(fam.stop)] == fam.stop
+    assert pack.stop[: len(fam.stops)] == fam.stops
     # no template in the GGUF: its architecture picks the family's shipped one, where known
     arch = {"harmony": "gpt-oss", "glm": "glm4moe", "minimax-xml": "minimax-m2",
-            "gemma4": "gemma4"}.get(fam.dialect)
+            "gemma4": "gemma4"}.get(fam.name)
     if arch is not None:
         bare = pack_from_gguf(write_gguf(tmp_path / "bare.gguf", {"general.architecture": arch}))
         assert bare.template == template and bare.dialect == want
@@ -170,7 +179,7 @@ def test_builtin_pack_dialects_name_their_origin():
 
 def test_shipped_family_templates_are_detected_as_their_family():
     for spec in builtin_packs().values():
-        fam = families.BY_DIALECT.get(spec.dialect)
+        fam = BY_DIALECT.get(spec.dialect)
         if fam is None:
             continue
         text = (TEMPLATES / spec.template).read_text(encoding="utf-8")
@@ -191,19 +200,19 @@ CALLS = (("get_weather", {"city": "Paris", "days": 2}), ("get_weather", {"city":
 THINKING = {"deepseek": False, "dsml": True, "gemma4": True, "mistral": True}
 
 
-@pytest.mark.parametrize("fam", FAMILIES, ids=[f.dialect for f in FAMILIES])
+@pytest.mark.parametrize("fam", FAMILIES, ids=[f.name for f in FAMILIES])
 def test_what_a_template_writes_as_the_models_calls_is_what_the_parser_reads(fam):
     """Render a turn with two calls after the prompt the model saw: the text the template
     writes for that turn, parsed from the prompt's start state, gives back those two calls
     (and the turn's answer and reasoning where the template shows them), with no anomaly."""
-    assert fam.dialect in dialects.NAMES, f"no parser registered for the {fam.dialect} dialect"
+    assert fam.name in dialects.NAMES, f"no parser registered for the {fam.name} dialect"
     from engine.chat.request import Message
     from engine.parse.events import result_of
     from engine.parse.parser import OutputParser
 
     pack = resolve_pack(fam.pack, require_model=False)
     tmpl = pack.chat_template()
-    thinking = THINKING.get(fam.dialect, pack.thinking)
+    thinking = THINKING.get(fam.name, pack.thinking)
     calls = tuple({"id": f"call_{i}", "type": "function",
                    "function": {"name": name, "arguments": args}}
                   for i, (name, args) in enumerate(CALLS))
@@ -218,7 +227,7 @@ def test_what_a_template_writes_as_the_models_calls_is_what_the_parser_reads(fam
     ends = tuple({*pack.stop, pack.eos_token, "\n"} - {""})
     while written.endswith(ends):  # the end of turn is the engine's stop, not text
         written = written.removesuffix(next(e for e in ends if written.endswith(e)))
-    parser = OutputParser(start=start_state(prompt, fam.dialect), dialect=fam.dialect,
+    parser = OutputParser(start=start_state(prompt, fam.name), dialect=fam.name,
                           tools=(WEATHER,))
     res = result_of(parser.feed(written) + parser.finish())
     assert [(c.name, c.arguments) for c in res.tool_calls] == list(CALLS), written

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 import engine.chat.packs as packs
-from engine.chat.detect import FAMILIES
 from engine.chat.packs import (
     Pack,
     PackError,
@@ -26,6 +25,7 @@ from engine.chat.packs import (
 )
 from engine.chat.request import Message
 from engine.chat.template import ChatTemplate, start_state
+from engine.parse.families import REGISTRY
 
 
 def _str(s: str) -> bytes:
@@ -70,9 +70,9 @@ def qwen_gguf(tmp_path: Path, **extra: object) -> Path:
 
 def test_builtin_packs_are_described_without_touching_models():
     specs = builtin_packs()
-    family_packs = {f.pack for f in FAMILIES if f.pack in specs}  # tests/engine/chat/test_detect.py
+    family_packs = {f.pack for f in REGISTRY.values() if not f.fallback and f.pack in specs}
     assert {n: specs[n].dialect for n in family_packs} == {
-        f.pack: f.dialect for f in FAMILIES if f.pack in family_packs}
+        f.pack: f.name for f in REGISTRY.values() if f.pack in family_packs}
     specs = {n: s for n, s in specs.items() if n not in family_packs}
     assert set(specs) == {"smollm2", "gemma3-270m", "qwen3-xml", "qwen3-hermes"}
     assert {n: s.dialect for n, s in specs.items()} == {

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine.parse.families import opener_dialect, qwen_xml
+from engine.parse.families import REGISTRY, opener_family
 from engine.parse.families.common import (
     FULL,
     MAX_GAP,
@@ -66,13 +66,13 @@ def test_tool_schemas_reads_openai_bare_and_anthropic_tools():
     assert tool_schemas(None) == {}
 
 
-def test_opener_dialect_auto_takes_either_and_a_named_dialect_only_its_own():
-    assert opener_dialect("auto", "<function=f>", 0) == (FULL, qwen_xml)
-    assert opener_dialect("auto", '{"name": "f"}', 0)[0] is FULL
-    assert opener_dialect("qwen-xml", '{"name": "f"}', 0) == (NONE, None)
-    assert opener_dialect("auto", "<fun", 0) == (PREFIX, None)
+def test_opener_family_auto_takes_either_and_a_named_family_only_its_own():
+    assert opener_family("auto", "<function=f>", 0) == (FULL, REGISTRY["qwen-xml"])
+    assert opener_family("auto", '{"name": "f"}', 0)[0] is FULL
+    assert opener_family("qwen-xml", '{"name": "f"}', 0) == (NONE, None)
+    assert opener_family("auto", "<fun", 0) == (PREFIX, None)
 
 
 def test_auto_never_takes_another_familys_opener():
     for body in ("get_weather\n<arg_key>", "functions.f", "<｜tool▁call▁begin｜>f"):
-        assert opener_dialect("auto", body, 0)[0] is NONE, body
+        assert opener_family("auto", body, 0)[0] is NONE, body
