@@ -5,7 +5,8 @@
 Prints Prism's, Python's, llama-cpp-python's and Qt's versions, llama.cpp's system info and
 whether this build can offload to a GPU (Metal/CUDA), the default model's path and size, the
 machine's memory with the context and KV layout the default model would get, the data
-directory, and whether the server's port is free. Nothing is loaded beyond llama_cpp
+directory, and whether the server's port is free. llama.cpp's part comes from the engine
+(engine/backends/llama/info.py: app/ never imports llama_cpp). Nothing is loaded beyond llama_cpp
 itself (no model, no window); a part that fails says so on its line and the rest still prints.
 Runs on the main thread.
 """
@@ -35,16 +36,13 @@ def version(dist: str) -> str:
 
 
 def _llama() -> list[tuple[str, str]]:
-    import llama_cpp
+    from engine.backends.llama.info import llama_info
 
-    from engine.backends.llama import log as llama_log
-
-    llama_log.install()  # llama.cpp's own start-up lines stay out of the report
-    gpu = bool(llama_cpp.llama_supports_gpu_offload())
-    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
-    return [("llama-cpp-python", llama_cpp.__version__),
-            ("GPU offload", "yes (Metal/CUDA build)" if gpu else "no (a CPU-only build)"),
-            ("llama.cpp system", info)]
+    info = llama_info()  # the engine's to ask: only engine/ imports llama_cpp
+    return [("llama-cpp-python", info.version),
+            ("GPU offload", "yes (Metal/CUDA build)" if info.gpu_offload
+             else "no (a CPU-only build)"),
+            ("llama.cpp system", info.system_info)]
 
 
 def _qt() -> list[tuple[str, str]]:

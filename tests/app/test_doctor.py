@@ -9,6 +9,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -49,3 +51,18 @@ def test_a_free_port_is_free():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert doctor("--port", str(port))[f"port {port}"] == "free"
+
+
+def test_the_engine_describes_its_llama_cpp_build():
+    """What the doctor's llama.cpp lines come from (app/ never imports llama_cpp itself)."""
+    import dataclasses
+
+    from engine.backends.llama.info import LlamaInfo, llama_info
+
+    info = llama_info()
+    assert isinstance(info, LlamaInfo)
+    assert info.version == metadata.version("llama_cpp_python")
+    assert "CPU :" in info.system_info
+    assert isinstance(info.gpu_offload, bool)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.version = "0"  # type: ignore[misc]
