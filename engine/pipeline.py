@@ -2,11 +2,12 @@
 
 Owns `TokenPipeline`, the one place where "feed the parser, count the token and its anomalies,
 record it" is written (docs/design.md, section 3 "Threads and owners" and section 5
-"Engines, service, pipeline"). A request that allows one call per reply (`parallel_calls`
-False) has its events go through `FirstCallOnly` (engine/parse/events.py) here, after the parser,
-which knows no request policy, and before anything counts or keeps them. The live service,
-the window's playback and its re-parse all drive a request through one of these, so a recording
-played back gives the events it gave live.
+"Engines, service, pipeline"). The run's event filters (engine/parse/filters.py: those its
+`Reading` implies, such as `FirstCallOnly` for a request that allows one call per reply, and
+any the app adds, such as the tap's `LeakWatch`) are composed here, in order, after the parser,
+which knows no request policy, and before anything counts or keeps the events. The live
+service, the window's playback and its re-parse all drive a request through one of these, so a
+recording played back gives the events it gave live.
 
 Threads: a pipeline is driven by one thread at a time, the one that delivers the tokens: the
 engine thread for a live run (engine/service.py), the GUI thread for playback and re-parse
@@ -16,7 +17,7 @@ engine thread for a live run (engine/service.py), the GUI thread for playback an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from engine.backends.base import Finish, Token
 from engine.metrics import Metrics
@@ -25,9 +26,9 @@ from engine.parse.events import (
     IMPLICIT_REASONING_END,
     REASONING,
     Event,
-    FirstCallOnly,
     ParseResult,
 )
+from engine.parse.filters import Chain, EventFilter
 from engine.parse.parser import OutputParser
 from engine.record.recording import Recorder
 
@@ -40,8 +41,8 @@ class TokenPipeline:
 
     `metrics` and `recorder` are optional (a re-parse reports to neither). `clock` stamps the
     anomalies and the start and finish when the caller gives no time: time.perf_counter for a
-    live run, the playback's clock for a replay. `one_call`: deliver the first complete call
-    only (engine/chat/request.py, `one_call_only`).
+    live run, the playback's clock for a replay. `filters`: the run's event filters, applied
+    in order after the parser (`Reading.filters()`); `add_filter` adds one later.
     """
 
     def __init__(
@@ -52,7 +53,7 @@ class TokenPipeline:
         metrics: Metrics | None = None,
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.perf_counter,
-        one_call: bool = False,
+        filters: Iterable[EventFilter] = (),
     ) -> None:
         self.id = id
         self.parser = parser
@@ -61,11 +62,17 @@ class TokenPipeline:
         self.clock = clock
         self.n_tokens = 0
         self._reasoning_tail = ""  # for the implicit-end log line: what preceded the call
-        self._view = FirstCallOnly() if one_call else None
+        self._filters = Chain(filters)
 
     @property
     def state(self) -> str:
         return self.parser.state
+
+    def add_filter(self, f: EventFilter, *, first: bool = False) -> None:
+        """Add an event filter to this run, after the others, or with `first` right after the
+        parser (one that must see what the parser found, before a policy drops any of it).
+        Before the first token: events already delivered are not filtered again."""
+        self._filters.add(f, first=first)
 
     def start(self, source: str, model: str, prompt_tokens: int, t: float | None = None) -> None:
         """Count the request as started (the recorder's request record is the caller's: it
@@ -88,6 +95,8 @@ class TokenPipeline:
     def finish(self) -> list[Event]:
         """End of output: the events the parser held back, their anomalies counted."""
         evs = self._see(self.parser.finish())
+        if self._filters:
+            evs += self._filters.finish()
         if self.metrics is not None:
             self._report(evs)
         return evs
@@ -104,10 +113,9 @@ class TokenPipeline:
             self.recorder.finish(self.id, fin, result)
 
     def _see(self, evs: list[Event]) -> list[Event]:
-        view = self._view
-        if view is None or not evs:
+        if not evs or not self._filters:  # the common case costs one test per token
             return evs
-        return [out for ev in evs for out in view.feed(ev)]
+        return self._filters.feed(evs)
 
     def _report(self, evs: list[Event]) -> None:
         metrics = self.metrics

@@ -4,11 +4,13 @@ Owns `Service` and `Run`. `Service.submit()` (any thread) renders the prompt wit
 chat template, checks the context, and queues a job on the engine; the parser starts as the
 rendered prompt says, unless the engine replays a recorded output (`Engine.prepare`), which is
 parsed as it was when recorded. The engine thread then calls back per token: the token goes
-through the run's own per-token pipeline (engine/pipeline.py: its parser, the recorder, the
-metrics), and the resulting events are fanned out to the run's consumers (a blocking iterator,
-an asyncio queue, the GUI's listeners). So every consumer sees the same events, and a
-non-streamed reply is built from exactly what a streamed one sent. See docs/design.md, section
-5 "Engines, service, pipeline".
+through the run's own per-token pipeline (engine/pipeline.py: its parser and event filters,
+the recorder, the metrics), and the resulting events are fanned out to the run's consumers (a
+blocking iterator, an asyncio queue, the GUI's listeners). So every consumer sees the same
+events, and a non-streamed reply is built from exactly what a streamed one sent. How the output
+is read (the parser's settings and the request's policy: `Reading`, engine/parse/reading.py) is
+decided once here, per request, and recorded with it, so replay, playback and re-parse read it
+the same way. See docs/design.md, section 5 "Engines, service, pipeline".
 
 Threads: `submit`/`cancel`/iteration from any thread; token and finish callbacks on the engine
 thread; listeners are called on the engine thread and must only enqueue (the GUI drains its
@@ -39,7 +41,7 @@ from engine.chat.template import ChatTemplate
 from engine.grammar import tools as tool_grammar
 from engine.metrics import Metrics
 from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT, Event, ParseResult, result_of
-from engine.parse.parser import OutputParser
+from engine.parse.reading import Reading
 from engine.pipeline import TokenPipeline
 from engine.record.recording import Recorder
 
@@ -48,6 +50,23 @@ TOOLS_IGNORED = "tools_ignored"  # a Run note: the template did not show the req
 SLOW_RENDER_MS = 100.0
 _DONE = object()
 _ids = itertools.count(1)
+
+
+def request_reading(request: ChatRequest, start: str, family: str) -> Reading:
+    """How a request's output is read: from where `start` says (the rendered prompt, or the
+    recording a replay plays), in `family`'s syntax, under the request's tools and policy."""
+    return Reading(
+        start=start,
+        family=family,
+        tools=tuple(request.tools),
+        # A request declares its tools, even none: a call then is `unknown_tool` (issue 11).
+        tools_declared=True,
+        stream_tools=request.stream_tools,
+        one_call=one_call_only(request),
+        # None declared, or tool_choice "none" (which drops them): calls reach the client as
+        # text (app/api/runs.py).
+        calls_as_text=not request.tools,
+    )
 
 
 class ContextOverflow(ValueError):
@@ -93,20 +112,18 @@ class Run:
     loses nothing).
     """
 
-    def __init__(self, service: Service, request: ChatRequest, prompt: str, start: str,
-                 prompt_tokens: int, dialect: str) -> None:
+    def __init__(self, service: Service, request: ChatRequest, prompt: str, reading: Reading,
+                 prompt_tokens: int) -> None:
         self.id = f"req-{next(_ids)}-{secrets.token_hex(3)}"
         self.request = request
         self.prompt = prompt
-        self.start_state = start
+        self.reading = reading  # how its output is read, recorded with it
+        self.start_state = reading.start
         self.prompt_tokens = prompt_tokens
         self.created = time.time()
-        # A request declares its tools, even none: a call then is `unknown_tool` (issue 11).
-        self.parser = OutputParser(start=start, dialect=dialect, tools=request.tools,
-                                   stream_tools=request.stream_tools, tools_declared=True)
+        self.parser = reading.parser()
         self.pipeline = TokenPipeline(self.id, self.parser, metrics=service.metrics,
-                                      recorder=service.recorder,
-                                      one_call=one_call_only(request))
+                                      recorder=service.recorder, filters=reading.filters())
         self.events: list[Event] = []
         self.tokens: list[Token] = []
         self.finish: Finish | None = None
@@ -276,7 +293,8 @@ class Service:
         # as the pack's template and dialect say.
         start, dialect = (self.engine.prepare(job, request)
                           or (start_state(prompt, self.pack.dialect), ""))
-        run = Run(self, request, prompt, start, n_prompt, dialect or self.pack.dialect)
+        run = Run(self, request, prompt, request_reading(request, start,
+                                                         dialect or self.pack.dialect), n_prompt)
         run.marks = marks
         if request.tools and not self.template.renders_tools:
             run.notes = (TOOLS_IGNORED,)
@@ -289,11 +307,8 @@ class Service:
         job.on_finish = lambda fin: self._on_finish(run, fin)
         run.job = job
         if self.recorder is not None:
-            self.recorder.request(
-                run.id, request, prompt, start_state=run.start_state, api=request.api,
-                stream_tools=request.stream_tools, tools=request.tools, t0=job.submitted_at,
-                dialect=run.parser.dialect, marks=marks,
-            )
+            self.recorder.request(run.id, request, prompt, reading=run.reading, api=request.api,
+                                  t0=job.submitted_at, marks=marks)
         # Counted only once nothing about the request can fail any more: a request the
         # recorder refused must not stay "running" in the metrics (issue 10, item 5).
         run.pipeline.start(request.api, self.engine.name, n_prompt)
@@ -328,7 +343,7 @@ class Service:
         # answered with any call as text (app/api/runs.py), so it ends "stop", not "tool_calls".
         # The recording keeps the parse as it was: the inspector shows the call.
         run.pipeline.finished(fin, run.result,
-                              finish_reason=None if run.request.tools else fin.reason)
+                              finish_reason=fin.reason if run.reading.calls_as_text else None)
         self._notify(RunUpdate(run, "events", tuple(evs)))
         self._notify(RunUpdate(run, "finish"))
         run._close()

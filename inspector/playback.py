@@ -3,10 +3,11 @@
 Owns `Playback`, which reads a Prism recording (or a plain text file, taken as one model
 output) through the one recording loader (engine/record/recording.py) and plays its requests into
 `inspector.tracks.Track`s, one token at a time, through a per-token pipeline of its own per
-request (engine/pipeline.py), so the window shows a recording exactly as it showed the live
-run. It is driven by the GUI's frame timer (`poll(now)`) on the GUI thread; nothing here
-blocks or starts a thread, which is what makes step and seek exact and testable without a
-window. See docs/design.md, section 7 "The window".
+request (engine/pipeline.py), reading each output as its recording says it was read (the
+request's `Reading`), so the window shows a recording exactly as it showed the live run. It
+is driven by the GUI's frame timer (`poll(now)`) on the GUI thread; nothing here blocks or
+starts a thread, which is what makes step and seek exact and testable without a window. See
+docs/design.md, section 7 "The window".
 
 Positions: a request of n tokens has positions 0..n+1; position k <= n means its first k
 tokens were fed (so a tail the parser still holds can be looked at), n+1 that the parser was
@@ -22,14 +23,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.backends.base import Finish, Timings, Token
-from engine.chat.request import one_call_only
 from engine.metrics import Metrics
 from engine.parse import families as dialects
-from engine.parse.parser import OutputParser
 from engine.pipeline import TokenPipeline
 from engine.record.recording import is_recording, load_recording
 from engine.record.replay import ReplayOutput
@@ -71,26 +70,28 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
     name = path.name
     if not is_recording(path):
         out = ReplayOutput.from_text(path.read_text(encoding="utf-8"), str(path))
+        # The default reading: from reasoning, any family, no tools declared (a text file
+        # declares nothing) and no policy.
         track = Track(id=f"{path.stem}", source="replay", model="(text file)",
-                      start_state="reasoning", dialect="auto", metrics=metrics, origin=name)
+                      metrics=metrics, origin=name)
         return [Item(track, out.tokens, "stop", None)]
     session = load_recording(path)
     pack_dialect = _pack_dialect(str(session.header.get("pack", "")))
     items = []
     for req in session.requests:
         body = req.request or {}
-        # The parser's dialect as recorded; files that do not name it fall back to the pack's.
-        dialect = req.dialect if req.dialect in dialects.NAMES else pack_dialect
+        # Read as recorded; files that do not name the family (or name one this version does
+        # not know) fall back to the pack's.
+        reading = req.reading
+        if req.dialect not in dialects.NAMES:
+            reading = replace(reading, family=pack_dialect)
         track = Track(
             id=req.id,
             source=req.api or "replay",
             model=str(body.get("model") or session.model),
             prompt=req.prompt,
             prompt_tokens=req.timings.prompt_tokens if req.timings else 0,
-            start_state=req.start_state,
-            dialect=dialect,
-            tools=tuple(req.tools),
-            stream_tools=req.stream_tools,
+            reading=reading,
             request=body,
             metrics=metrics,
             origin=name,
@@ -293,16 +294,13 @@ class Playback:
         self._show(it)
         track = it.track
         if it.pipeline is None:
-            # A recorded request declared its tools, as the live run's parser knew; a text
-            # file declares nothing.
-            parser = OutputParser(start=track.start_state, dialect=track.dialect,
-                                  tools=track.tools, stream_tools=track.stream_tools,
-                                  tools_declared=track.request is not None)
+            # Read as the track's reading says: the recorded request's, as the live run read it.
+            reading = track.reading
             # A request is counted in the charts the first time it plays to its end only:
             # playing it again (a seek, a replay) must not count it twice.
-            it.pipeline = TokenPipeline(track.id, parser, clock=self.clock,
+            it.pipeline = TokenPipeline(track.id, reading.parser(), clock=self.clock,
                                         metrics=None if it.reported else self.metrics,
-                                        one_call=one_call_only(track.request))
+                                        filters=reading.filters())
             track.submitted = self.clock()
             it.pipeline.start(track.source, track.model, track.prompt_tokens, t=track.submitted)
         pipe = it.pipeline

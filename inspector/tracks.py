@@ -16,10 +16,15 @@ Memory is bounded on purpose: the store keeps at most `max_rows` tracks, and onl
 `max_documents` of them keep their documents (tokens, events, prompt); older ones keep their
 summary row, marked released. The held-back tail is not copied from the parser: the events'
 spans tile the output, so the held text is exactly the raw output past the last event.
+
+How a track's output is read is its `reading` (engine/parse/reading.py): the live run's, or the
+one its recording stored. Playback, re-parse and fixture export all read the output from it, so
+re-parsing "as shown" gives what the window showed (one call per reply included).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
@@ -37,11 +42,35 @@ from engine.parse.events import (
     ParseResult,
     result_of,
 )
-from engine.parse.parser import OutputParser
+from engine.parse.reading import Reading
 from engine.pipeline import TokenPipeline
 from engine.service import Run, RunUpdate, Service
 
 FIXTURE_FORMAT = "prism-fixture"
+
+
+def _default_reading() -> Reading:
+    return Reading(stream_tools=STREAM_TOOLS)  # a request's default, not the bare parser's
+
+
+class _Part:
+    """A `Track` attribute that is one field of its reading: `track.dialect` reads
+    `track.reading.family`, and setting it (or passing it to `Track(...)`) gives the track a
+    reading with that field changed. The views and tests read and set these by their old names;
+    the reading stays the one truth. A dataclass field whose default is this descriptor
+    (dataclasses' "descriptor-typed fields"): its default, None, keeps the reading's."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, track: Track | None, owner: type | None = None):
+        if track is None:
+            return None  # the field's default: take the reading's own
+        return getattr(track.reading, self.name)
+
+    def __set__(self, track: Track, value) -> None:
+        if value is not None:
+            track.reading = dataclasses.replace(track.reading, **{self.name: value})
 
 
 @dataclass(eq=False)
@@ -58,10 +87,12 @@ class Track:
     model: str = ""
     prompt: str = ""
     prompt_tokens: int = 0
-    start_state: str = "reasoning"
-    dialect: str = "auto"  # the parser's dialect (qwen-xml, hermes-json, auto)
-    tools: tuple = ()
-    stream_tools: bool = STREAM_TOOLS
+    # How its output is read (before the parts below, which __init__ sets through it).
+    reading: Reading = field(default_factory=_default_reading)
+    start_state: str = _Part("start")  # descriptor fields (see _Part)
+    dialect: str = _Part("family")  # the parser's dialect (qwen-xml, hermes-json, auto...)
+    tools: tuple = _Part("tools")
+    stream_tools: bool = _Part("stream_tools")
     request: ChatRequest | dict | None = None  # the live request, or its recorded dict
     metrics: Metrics | None = None  # where its chart points go (the live or playback ones)
     origin: str = ""  # "live", or the recording it was played from
@@ -204,19 +235,20 @@ class Track:
 
     # -- re-parsing and fixtures -------------------------------------------------------------
 
-    def reparse(self, start: str | None = None, dialect: str | None = None,
+    def reparse(self, reading: Reading | None = None, *, start: str | None = None,
+                dialect: str | None = None,
                 stream_tools: bool | None = None) -> tuple[list[Event], ParseResult]:
-        """Run this output through a fresh parser, token by token as it arrived, under other
-        settings (None keeps the track's own)."""
-        parser = OutputParser(
-            start=start or self.start_state,
-            dialect=dialect or self.dialect,
-            tools=self.tools,
-            stream_tools=self.stream_tools if stream_tools is None else stream_tools,
-            id_prefix="fixture",  # call ids must not differ between two parses of one output
-            tools_declared=self.request is not None,  # as the live run's parser (engine/service)
-        )
-        pipe = TokenPipeline(self.id, parser)  # reports nowhere: a re-parse is not a request
+        """Run this output through a fresh parser and the reading's filters, token by token as
+        it arrived: read as `reading` says (default: the track's own, so as it was shown),
+        with `start`, `dialect` or `stream_tools` changed where given."""
+        reading = self.reading if reading is None else reading
+        changes = {"start": start, "family": dialect, "stream_tools": stream_tools}
+        reading = dataclasses.replace(reading, **{k: v for k, v in changes.items()
+                                                  if v is not None})
+        # Call ids must not differ between two parses of one output; a re-parse reports
+        # nowhere, it is not a request.
+        pipe = TokenPipeline(self.id, reading.parser(id_prefix="fixture"),
+                             filters=reading.filters())
         evs: list[Event] = []
         for tok in self.tokens:
             evs += pipe.feed(tok)
@@ -225,8 +257,9 @@ class Track:
         return evs, result_of(evs, reason)
 
     def fixture(self) -> dict:
-        """This request as a parser test fixture: the raw output, its chunking, the settings
-        it was parsed with, and the result they give (call ids fixed, so it is stable)."""
+        """This request as a parser test fixture: the raw output, its chunking, how it was read
+        (`parser`: its `Reading.to_dict()`, filters included) and the result that gives (call
+        ids fixed, so it is stable)."""
         _, result = self.reparse()
         return {
             "format": FIXTURE_FORMAT,
@@ -234,12 +267,7 @@ class Track:
             "id": self.id,
             "source": self.source,
             "model": self.model,
-            "parser": {
-                "start": self.start_state,
-                "dialect": self.dialect,
-                "stream_tools": self.stream_tools,
-                "tools": list(self.tools),
-            },
+            "parser": self.reading.to_dict(),
             "raw": self.raw,
             "chunks": [t.text for t in self.tokens],
             "expected": result.to_dict(),
@@ -374,10 +402,7 @@ class LiveFeed:
             model=req.model or self.service.engine.name,
             prompt=run.prompt,
             prompt_tokens=run.prompt_tokens,
-            start_state=run.start_state,
-            dialect=run.parser.dialect,
-            tools=tuple(req.tools),
-            stream_tools=req.stream_tools,
+            reading=run.reading,
             request=req,
             metrics=self.service.metrics,
             origin="live",

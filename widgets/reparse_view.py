@@ -2,14 +2,18 @@
 
 Owns `ReparseView`: choose the start state (thinking or not), the call dialect and
 `stream_tools`, re-run the output through a fresh parser token by token (`track.reparse`), and
-see a line diff of the two readings (reasoning, content, calls, anomalies, finish reason);
-`Export fixture…` writes the request as a parser test fixture (`track.fixture()`: raw output,
-chunks, settings, expected result). `result_text()` and `diff()` are pure functions so they are
-tested without a window. GUI thread only.
+see a line diff of the two readings (reasoning, content, calls, anomalies, finish reason). Both
+sides read the output as the track's `Reading` says (engine/parse/reading.py), the request's
+policy included (one call per reply), so "as shown" is what the window showed and the other
+side differs only by the settings chosen here. `Export fixture…` writes the request as a parser
+test fixture (`track.fixture()`: raw output, chunks, its reading, expected result).
+`result_text()` and `diff()` are pure functions so they are tested without a window. GUI thread
+only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from pathlib import Path
@@ -112,9 +116,11 @@ class ReparseView(QWidget):
         self.start.setCurrentText(track.start_state)
         self.dialect.setCurrentText(track.dialect)
         self.stream_tools.setChecked(bool(track.stream_tools))
-        self.summary.setText(f"{track.id}: parsed with start={track.start_state}, "
-                             f"dialect={track.dialect}, stream_tools={track.stream_tools}. "
-                             "Change a setting and re-parse to see what differs.")
+        reading = track.reading
+        policy = ", one call per reply" if reading.one_call else ""
+        self.summary.setText(f"{track.id}: parsed with start={reading.start}, "
+                             f"dialect={reading.family}, stream_tools={reading.stream_tools}"
+                             f"{policy}. Change a setting and re-parse to see what differs.")
 
     def reparse(self) -> list[str]:
         """Re-parse the selected request with the chosen settings; returns the diff lines."""
@@ -124,8 +130,10 @@ class ReparseView(QWidget):
                                  "released).")
             return []
         _, before = track.reparse()
-        _, after = track.reparse(self.start.currentText(), self.dialect.currentText(),
-                                 self.stream_tools.isChecked())
+        chosen = dataclasses.replace(track.reading, start=self.start.currentText(),
+                                     family=self.dialect.currentText(),
+                                     stream_tools=self.stream_tools.isChecked())
+        _, after = track.reparse(chosen)
         lines = diff(before, after)
         self.summary.setText(summary(before, after) if lines else
                              "Same reading: these settings change nothing for this output.")

@@ -6,9 +6,10 @@ client to go away, and cancel the job if it does), and the numbers every API rep
 finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`. And what the
 client is answered from: `reply_stream`, `reply_events`, `reply_result`. A request that declared
 no tools (or `tool_choice: "none"`) gets a call the model wrote anyway as text in the channel it
-stood in (engine/parse/events.py, `CallsAsText`), so Open WebUI's background tasks never receive
-calls they cannot handle; the run itself, the inspector and the recording keep the call, counted as
-`unknown_tool` (issue 11, item 6). One rule for every API, streamed or not.
+stood in (its reading's `calls_as_text`: engine/parse/filters.py, `CallsAsText`), so Open
+WebUI's background tasks never receive calls they cannot handle; the run itself, the inspector
+and the recording keep the call, counted as `unknown_tool` (issue 11, item 6). One rule for
+every API, streamed or not.
 
 Runs on the asyncio loop's thread, except `Service.submit` itself: rendering the template and
 tokenizing the prompt run in a worker thread (`asyncio.to_thread`), since a hostile template or
@@ -28,7 +29,8 @@ from fastapi import Request
 from app.api.errors import APIError, from_exception, kind_for_status
 from app.api.state import AppState
 from engine.chat.request import ChatRequest
-from engine.parse.events import REASONING, CallsAsText, Event, ParseResult, calls_as_text, result_of
+from engine.parse.events import REASONING, Event, ParseResult, result_of
+from engine.parse.filters import Chain, through
 from engine.service import Run
 
 
@@ -85,25 +87,24 @@ def _cancel_submitted(work: asyncio.Future) -> None:
         work.result().cancel()
 
 
-def _calls_as_text(run: Run) -> bool:
-    return not run.request.tools  # none declared, or tool_choice "none" (which drops them)
-
-
 async def reply_stream(run: Run) -> AsyncIterator[Event]:
     """The run's events as the client is answered from them, as they come."""
-    if not _calls_as_text(run):
+    view = Chain(run.reading.reply_filters())
+    if not view:
         async for ev in run.stream():
             yield ev
         return
-    view = CallsAsText()
     async for ev in run.stream():
-        for out in view.feed(ev):
+        for out in view.feed((ev,)):
             yield out
+    for out in view.finish():
+        yield out
 
 
 def reply_events(run: Run) -> list[Event]:
     """The finished run's events as the client is answered from them."""
-    return calls_as_text(run.events) if _calls_as_text(run) else run.events
+    filters = run.reading.reply_filters()
+    return through(filters, run.events) if filters else run.events
 
 
 def reply_result(run: Run) -> ParseResult:
@@ -111,7 +112,7 @@ def reply_result(run: Run) -> ParseResult:
     a call reaches the client)."""
     res = run.result
     assert res is not None
-    if not _calls_as_text(run) or not res.tool_calls:
+    if not run.reading.calls_as_text or not res.tool_calls:
         return res
     return result_of(reply_events(run), run.finish.reason if run.finish else "stop")
 

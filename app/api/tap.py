@@ -171,7 +171,7 @@ class Tapped:
             self.error = f"{type(e).__name__}: {e}"
             return
         synth = Synth(state.service.pack.dialect, run.start_state)
-        run.parser = run.pipeline.parser = LeakWatch(run.pipeline.parser, synth)
+        run.pipeline.add_filter(LeakWatch(synth), first=True)  # before any token is fed
         self.run, self.job = run, claimed[0]
         self.reader = READERS[path](synth)
 

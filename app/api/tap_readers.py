@@ -3,16 +3,19 @@
 Owns the readers of the three reply shapes (`ChatReader`: OpenAI chat; `MessagesReader`:
 Anthropic messages; `ResponsesReader`: OpenAI Responses; each takes SSE events or a whole JSON
 body), `Synth`, which writes what they find as one raw output in the pack's syntax, and
-`LeakWatch`, the parser wrapper that flags what the upstream's parser missed. Used by
+`LeakWatch`, the event filter that flags what the upstream's parser missed. Used by
 app/api/tap.py on the asyncio loop's thread; no I/O here.
 
-The raw output is rebuilt as the model would have written it: reasoning inside `<think>` ...
-`</think>`, then the content, then each structured call in the pack's call syntax (Hermes JSON
-or Qwen XML). Fed token by token through the run's ordinary pipeline, it gives the window its
-panes, the recorder its tokens and the metrics their counts, exactly as for a local run. Where
-the *upstream's own* text (its reasoning or content, not the markup Synth wrote) holds a call
-or a think tag, Prism's parser finds it, and `LeakWatch` adds an `upstream_leak` anomaly there:
-the upstream's parser let markup through, or returned a call as text.
+The raw output is rebuilt as the model would have written it, by the pack family's own writer
+(engine/parse/families/registry.py; `auto` writes as Hermes JSON): the reasoning in the
+family's reasoning block, then the content as the family opens its answer, then the structured
+calls in the family's call syntax, written together (one section where the family frames a
+list of calls) when the reply ends or text follows them. Fed token by token through the run's
+ordinary pipeline, it gives the window its panes, the recorder its tokens and the metrics
+their counts, exactly as for a local run. Where the *upstream's own* text (its reasoning or
+content, not the markup Synth wrote) holds a call or a think tag, Prism's parser finds it, and
+`LeakWatch` adds an `upstream_leak` anomaly there: the upstream's parser let markup through, or
+returned a call as text.
 """
 
 from __future__ import annotations
@@ -21,18 +24,40 @@ import bisect
 import json
 from typing import Any
 
-from engine.parse.events import ANOMALY, MARKUP, STRAY_THINK_END, TOOL_CALL, UPSTREAM_LEAK, Event
+from engine.parse import families
+from engine.parse.events import (
+    ANOMALY,
+    MARKUP,
+    STRAY_THINK_END,
+    TOOL_CALL,
+    UPSTREAM_LEAK,
+    Event,
+    ToolCall,
+)
+from engine.parse.families.registry import Writer
 
 
 class Synth:
-    """Builds the raw output from channel deltas; `pieces()` hands out what is new."""
+    """Builds the raw output from channel deltas in the pack family's own syntax (its
+    registry writer; `auto` writes as Hermes JSON); `pieces()` hands out what is new.
+
+    Reasoning is opened once (unless the prompt opened it), its deltas written as they come,
+    and closed when the answer or a call begins. Calls are held and written together with the
+    writer's `write_calls` (one section for the families that frame a list of calls) when the
+    reply ends (`end()`) or text follows them."""
 
     def __init__(self, dialect: str, start: str) -> None:
         self.dialect = dialect
+        family = families.get(dialect) or families.get("hermes-json")
+        self.writer: Writer = family.writer
         self.state = start  # "reasoning" | "content": where the text written so far stands
         self.text = ""
         self._given = 0
         self._theirs: list[tuple[int, int]] = []  # spans of the upstream's own text
+        self._reasoned = False  # a reasoning block was closed: the answer opens after it
+        self._last = ""  # what was written last: "" (nothing), "answer" or "calls"
+        self._calls: list[ToolCall] = []  # held until the reply ends or text follows
+        self._n_calls = 0  # calls written so far (the index of the next)
 
     def _ours(self, markup: str) -> None:
         self.text += markup
@@ -50,21 +75,42 @@ class Synth:
     def reasoning(self, text: str) -> None:
         if not text:
             return
-        if self.state != "reasoning" and not self.text:
-            self._ours("<think>\n")  # the model opened its own thinking
+        w = self.writer
+        if (self.state != "reasoning" and not self.text and not self._calls
+                and w.reasoning_close):
+            self._ours(w.reasoning_open)  # the model opened its own thinking
             self.state = "reasoning"
-        # Reasoning after the answer began is out of order: it stays where it came, as text.
-        self._their(text)
+        if self.state == "reasoning":
+            self._their(text)
+        else:
+            # Reasoning after the answer began (or for a family without reasoning) is out of
+            # order: it stays where it came, as text.
+            self._answer(text)
 
     def _end_reasoning(self) -> None:
         if self.state == "reasoning":
-            self._ours("\n</think>\n\n")
+            self._ours(self.writer.reasoning_close)
             self.state = "content"
+            self._reasoned = True
 
     def content(self, text: str) -> None:
         if text:
             self._end_reasoning()
-            self._their(text)
+            self._answer(text)
+
+    def _answer(self, text: str) -> None:
+        """The upstream's text in the answer: opened as the family opens it."""
+        w = self.writer
+        if self._calls:
+            self._write_calls()
+        if self._last == "calls":
+            # Text after calls: a new message where the family frames its answer (Harmony),
+            # else a new line.
+            self._ours(w.calls_sep + w.answer_open if w.answer_open else "\n")
+        elif self._last != "answer" and self._reasoned:
+            self._ours(w.answer_open)
+        self._last = "answer"
+        self._their(text)
 
     def call(self, name: str, arguments: Any) -> None:
         self._end_reasoning()
@@ -73,9 +119,24 @@ class Synth:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except ValueError:
                 arguments = {"_raw": arguments}  # the upstream sent arguments that are not JSON
-        if self.text and not self.text.endswith("\n"):
-            self._ours("\n")
-        self._ours(format_call(self.dialect, name, arguments))
+        if not isinstance(arguments, dict):
+            arguments = {"_raw": json.dumps(arguments)}  # JSON, but not an object
+        index = self._n_calls + len(self._calls)
+        self._calls.append(ToolCall(f"call_{index}", name, arguments, index))
+
+    def _write_calls(self) -> None:
+        w = self.writer
+        if self._last == "answer" and not (w.before_calls == "\n" and self.text.endswith("\n")):
+            self._ours(w.before_calls)
+        self._ours(w.write_calls(self._calls, self._n_calls))
+        self._n_calls += len(self._calls)
+        self._calls = []
+        self._last = "calls"
+
+    def end(self) -> None:
+        """The reply is over: write the calls still held."""
+        if self._calls:
+            self._write_calls()
 
     def pieces(self) -> str:
         """The text added since the last call."""
@@ -83,7 +144,11 @@ class Synth:
         return new
 
     def theirs(self, span: tuple[int, int]) -> bool:
-        """Whether a span of the raw output overlaps the upstream's own text."""
+        """Whether a span of the raw output overlaps the upstream's own text. An empty span
+        (a call the parser closed only where the next text, or the output's end, showed it
+        was over) stands for the character before it."""
+        if span[0] == span[1]:
+            span = (span[0] - 1, span[1]) if span[0] > 0 else span
         i = bisect.bisect_right(self._theirs, (span[0], 1 << 62)) - 1
         for a, b in self._theirs[max(i, 0):]:
             if a >= span[1]:
@@ -93,38 +158,19 @@ class Synth:
         return False
 
 
-def format_call(dialect: str, name: str, arguments: Any) -> str:
-    if dialect == "qwen-xml" and isinstance(arguments, dict):
-        params = "".join(
-            f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
-            for k, v in arguments.items())
-        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
-    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-    return f"<tool_call>\n{body}\n</tool_call>"
-
-
 class LeakWatch:
-    """Wraps a run's OutputParser (same feed/finish/state) and adds an `upstream_leak`
-    anomaly where the parser found a call or a think tag inside the upstream's own text."""
+    """An event filter (engine/parse/filters.py) on a tapped run: adds an `upstream_leak`
+    anomaly where the parser found a call or a think tag inside the upstream's own text.
+    Added first in the run's pipeline (`TokenPipeline.add_filter(..., first=True)`), so it
+    sees every call the parser found, before a policy (one call per reply) drops any."""
 
-    def __init__(self, parser: Any, synth: Synth) -> None:
-        self.parser = parser
+    def __init__(self, synth: Synth) -> None:
         self.synth = synth
 
-    @property
-    def state(self) -> str:
-        return self.parser.state
+    def finish(self) -> list[Event]:
+        return []  # holds nothing back
 
-    def __getattr__(self, name: str) -> Any:  # anything else the pipeline or GUI reads
-        return getattr(self.parser, name)
-
-    def feed(self, text: str) -> list[Event]:
-        return self._watch(self.parser.feed(text))
-
-    def finish(self, *args: Any) -> list[Event]:
-        return self._watch(self.parser.finish(*args))
-
-    def _watch(self, evs: list[Event]) -> list[Event]:
+    def feed(self, evs: list[Event]) -> list[Event]:
         out: list[Event] = []
         for ev in evs:
             out.append(ev)
@@ -166,6 +212,7 @@ class Reader:
 
     def end(self) -> None:
         """The reply is over: write anything still held (calls whose arguments streamed)."""
+        self.synth.end()
 
 
 class ChatReader(Reader):
@@ -205,6 +252,7 @@ class ChatReader(Reader):
             name, args = self._calls[idx]
             self.synth.call(name, args)
         self._calls.clear()
+        super().end()
 
 
 class MessagesReader(Reader):

@@ -69,8 +69,8 @@ class ChatRequest:
     in the pack's tool-call dialect (engine/grammar/).
     parallel_calls: False when the client allows one call per reply (OpenAI's
     `parallel_tool_calls: false`, Anthropic's `disable_parallel_tool_use: true`): the client
-    gets the first complete call only (engine/parse/events.py, `FirstCallOnly`), and a forced call's
-    grammar allows exactly one.
+    gets the first complete call only (engine/parse/filters.py, `FirstCallOnly`), and a forced
+    call's grammar allows exactly one.
     api: the client it came from, for the request log ("openai", "anthropic", "responses",
     "gui", "replay"). Not to be confused with the pack's tool-call dialect.
     """

@@ -1,8 +1,11 @@
 """The text of one forced-call grammar: literal text, special tokens as token references, text
-that avoids a closer, and JSON by schema through llama-cpp-python's converter.
+that avoids a closer, JSON by schema through llama-cpp-python's converter, and key/value
+parameters by schema.
 
-Owns `Writer` and `excluding`; engine/grammar/calls.py writes each family's calls with
-them. Pure text building on the caller's thread (the service's).
+Owns `Writer` and `excluding`. Each family writes its own call markup with a `Writer` (its
+record's `grammar`, engine/parse/families/registry.py `CallGrammar`): the family modules stay
+standard-library only because they are handed the writer and never import this module. Pure
+text building on the caller's thread (the service's).
 """
 
 from __future__ import annotations
@@ -51,9 +54,27 @@ def excluding(name: str, literal: str) -> dict[str, str]:
     return rules
 
 
+def _params(fn: dict) -> dict:
+    params = fn.get("parameters")
+    return params if isinstance(params, dict) else {"type": "object"}
+
+
+def _is_raw(schema: dict) -> bool:
+    """Is this property written as raw text (a string) rather than JSON?"""
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return all(isinstance(e, str) for e in enum)
+    return schema.get("type", "string") == "string"
+
+
 class Writer:
     """One grammar being written: its rules, the schema converter's, and the markup's special
-    tokens (text -> id) written as token references."""
+    tokens (text -> id) written as token references. `prefix` starts every rule name written
+    here (the converter's never do); `lit` quotes a literal."""
+
+    prefix = PREFIX
+    nl = NL
+    lit = staticmethod(_lit)
 
     def __init__(self, tokens: Mapping[str, int]) -> None:
         from llama_cpp.llama_grammar import SchemaConverter
@@ -100,3 +121,49 @@ class Writer:
             self.conv._rules[rule] = body[: -len(" space")]
         return rule
 
+    # --- what the families' call grammars share --------------------------------------------
+
+    def params(self, fn: dict) -> dict:
+        """The tool's `parameters` schema (any object when it declares none)."""
+        return _params(fn)
+
+    def props(self, fn: dict) -> tuple[list[tuple[str, dict]], set[str]]:
+        """The declared properties in order, and the required ones."""
+        params = _params(fn)
+        props = params.get("properties")
+        items = [(k, v if isinstance(v, dict) else {}) for k, v in props.items()] \
+            if isinstance(props, dict) else []
+        required = params.get("required")
+        return items, set(required) if isinstance(required, list) else set()
+
+    def args(self, i: int, fn: dict) -> str:
+        """JSON arguments for the i-th tool, by its schema."""
+        return self.json(_params(fn), f"{PREFIX}{i}-args", {"type": "object"})
+
+    def raw(self, schema: dict, closer: str) -> str:
+        """A raw (string) value: one of its enum, else any text without `closer`."""
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum:
+            return "(" + " | ".join(_lit(e) for e in enum) + ")"
+        return self.until(closer)
+
+    def tagged(self, i: int, fn: dict, key_open: str, key_close, value_close: str,
+               closer: str) -> str:
+        """Key/value parameters for the declared properties, in order, the required ones
+        always: `key_open K key_close(raw) VALUE value_close`; `closer` is the text a raw VALUE
+        must not contain. A tool that declares no properties may name any keys (raw values)."""
+        items, required = self.props(fn)
+        if not items:
+            key = f"{PREFIX}{i}-key"
+            self.rules[key] = "[A-Za-z0-9_.-]+"
+            one = (f"{self.seq(key_open)} {key} {self.seq(key_close(True))} "
+                   f"{self.until(closer)} {self.seq(value_close)}")
+            return f"({one})*"
+        parts = []
+        for j, (k, schema) in enumerate(items):
+            raw = _is_raw(schema)
+            value = (self.raw(schema, closer) if raw
+                     else self.json(schema, f"{PREFIX}{i}-p{j}", {}))
+            one = f"{self.seq(key_open + k + key_close(raw))} {value} {self.seq(value_close)}"
+            parts.append(f"({one})" + ("" if k in required else "?"))
+        return " ".join(parts)

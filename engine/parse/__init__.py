@@ -8,8 +8,11 @@ thread feeds it (the engine thread live, the GUI thread in playback and re-parse
 
 Inside: `parser.py` drives the scan, `parser_tags.py` decides tags, `parser_calls.py` holds a
 call's state, `quoting.py` tracks fences and inline code, `markers.py` names a family's tags,
-`events.py` the events and the result, `schema.py` types values by a tool's schema, and
-`families/` one module per model family (its reader, and the registry that names them).
+`events.py` the events and the result, `schema.py` types values by a tool's schema,
+`filters.py` what a request's policy delivers of the events (one call per reply, calls as
+text), `reading.py` how one output is read (`Reading`: the parser's settings and those
+filters, stored with each recorded request), and `families/` one module per model family (its
+reader, and the registry that names them).
 
 The public face is what follows; import the rest by its module when a test needs it.
 """
@@ -30,8 +33,10 @@ from engine.parse.events import (
     result_of,
 )
 from engine.parse.parser import OutputParser
+from engine.parse.reading import Reading
 
 __all__ = [
     "ANOMALY", "ANOMALY_KINDS", "CONTENT", "KINDS", "MARKUP", "REASONING", "TOOL_ARGS",
-    "TOOL_CALL", "TOOL_START", "Event", "OutputParser", "ParseResult", "ToolCall", "result_of",
+    "TOOL_CALL", "TOOL_START", "Event", "OutputParser", "ParseResult", "Reading", "ToolCall",
+    "result_of",
 ]

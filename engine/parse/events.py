@@ -11,7 +11,8 @@ tool-argument JSON fragment, a dropped tag's text), which is not always the raw 
 
 `merge()` joins neighbouring events of the same kind; two event streams for the same output
 are equal once merged, whatever the chunking was. `result_of()` folds events into the final
-`ParseResult`, so streamed and non-streamed replies are built from the same events.
+`ParseResult`, so streamed and non-streamed replies are built from the same events. What a
+request's policy delivers of them (one call per reply, calls as text) is engine/parse/filters.py.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ REPAIRED_CALL = "repaired_call"  # a call accepted only after a repair (its text
 # tag in its reasoning or content. Not a parser outcome, so not among ANOMALY_KINDS.
 UPSTREAM_LEAK = "upstream_leak"
 # A complete call after the first in a reply to a request that allows one call (parallel calls
-# off): not delivered (`FirstCallOnly`). A request's policy, not a parser outcome, so not among
-# ANOMALY_KINDS; its text is the call as the model wrote it.
+# off): not delivered (`FirstCallOnly`, engine/parse/filters.py). A request's policy, not a
+# parser outcome, so not among ANOMALY_KINDS; its text is the call as the model wrote it.
 EXTRA_TOOL_CALL = "extra_tool_call"
 # Counted by the service when message content holds special tokens that would be parsed as
 # control tokens (engine/chat/special.py): a finding about the prompt, not a parser outcome.
@@ -184,79 +185,6 @@ def merge(events: Iterable[Event]) -> list[Event]:
                 continue
         out.append(ev)
     return out
-
-
-class CallsAsText:
-    """The events a client that declared no tools receives (the server's decision; the parser
-    and the inspector still see the call). Each complete call becomes text in the channel it
-    stood in: its raw text, with the newlines after it that the call's tag took; the streamed
-    `tool_start` / `tool_args` are dropped (a call that then failed already comes back as text).
-    Anomalies pass through, so `unknown_tool` is still counted. Feed events in order; one
-    instance per reply."""
-
-    def __init__(self) -> None:
-        self._after: str | None = None  # the channel of the call just turned into text
-
-    def feed(self, ev: Event) -> list[Event]:
-        k = ev.kind
-        if k in (TOOL_START, TOOL_ARGS):
-            return []
-        if k == TOOL_CALL and ev.call is not None:
-            call, end = ev.call, ev.span[1]
-            self._after = call.origin
-            return [Event(call.origin, call.raw, (end - len(call.raw), end))]
-        if k == MARKUP and self._after == CONTENT and not ev.text.strip("\n"):
-            return [Event(CONTENT, ev.text, ev.span)]
-        self._after = None
-        return [ev]
-
-
-def calls_as_text(events: Iterable[Event]) -> list[Event]:
-    """A whole event list through `CallsAsText`."""
-    f = CallsAsText()
-    return [out for ev in events for out in f.feed(ev)]
-
-
-class FirstCallOnly:
-    """The events of a reply to a request that allows one call (`ChatRequest.parallel_calls`
-    False): the first complete call is delivered and every later one is dropped, as vLLM
-    truncates to the first call. Until a call completes, events pass unchanged; after it, a
-    later call's streamed `tool_start` / `tool_args` are held back, and when the call completes
-    it becomes one `extra_tool_call` anomaly whose span covers the whole call and whose text is
-    the call as written. A later call that fails comes back as text, as it would unstreamed.
-    Nothing that passed is retracted, and spans still tile the output. Applied by the token
-    pipeline (engine/pipeline.py), so the run's events, its result, the metrics and the
-    recording all see the one call. Feed events in order; one instance per reply."""
-
-    def __init__(self) -> None:
-        self._delivered = False  # a call completed: later ones are extra
-        self._held: int | None = None  # where the held-back call's span starts
-
-    def feed(self, ev: Event) -> list[Event]:
-        k = ev.kind
-        if not self._delivered:
-            self._delivered = k == TOOL_CALL and ev.call is not None
-            return [ev]
-        if k in (TOOL_START, TOOL_ARGS):
-            if self._held is None:
-                self._held = ev.span[0]
-            return []
-        h = self._held
-        if k == ANOMALY and ev.span[0] == ev.span[1]:
-            # The later call's own anomalies (unknown_tool, unfinished_call...) still count;
-            # they stand where the held-back call begins.
-            if h is None:
-                return [ev]
-            return [Event(ANOMALY, ev.text, (h, h), None, ev.anomaly, ev.index, ev.call_id)]
-        self._held = None
-        start = ev.span[0] if h is None else h
-        if k == TOOL_CALL and ev.call is not None:
-            return [Event(ANOMALY, ev.call.raw, (start, ev.span[1]), None, EXTRA_TOOL_CALL,
-                          ev.index, ev.call_id)]
-        if h is None:
-            return [ev]
-        # A held-back call that failed: its text covers the span of what was held back.
-        return [Event(k, ev.text, (h, ev.span[1]), ev.call, ev.anomaly, ev.index, ev.call_id)]
 
 
 def result_of(events: Iterable[Event], finish_reason: str = "stop") -> ParseResult:

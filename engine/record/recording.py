@@ -16,9 +16,15 @@ Format, version 1 (one JSON object per line):
 
     {"format": "prism-session", "version": 1, "created": iso8601, "model": str, "pack": str}
     {"type": "request", "id", "t", "request": {...}, "prompt", "start_state", "api",
-     "dialect", "stream_tools", "tools": [...]}
+     "dialect", "stream_tools", "tools": [...], "reading": {...}}
     {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]]}
     {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"]}
+
+A request's `reading` is how its output is read (engine/parse/reading.py, `Reading.to_dict`):
+the parser's settings and the request's policy (one call per reply, calls as text). Files
+written before it existed have none; their reading is rebuilt from `start_state`, `dialect`,
+`stream_tools`, `tools` and the request, as every player rebuilt it then. Those fields are still
+written, for readers that predate `reading`.
 
 Times: a request's `t` is seconds since the recorder opened; a token's `t` is seconds since its
 request started (submission), so replaying at 1x reproduces time to first token and pacing.
@@ -35,15 +41,16 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.backends.base import Finish, Timings, Token
-from engine.chat.request import STREAM_TOOLS, ChatRequest, Message, Sampling
+from engine.chat.request import STREAM_TOOLS, ChatRequest, Message, Sampling, one_call_only
 from engine.chat.special import PromptMarks
 from engine.parse.events import ParseResult
 from engine.parse.families import NAMES as DIALECTS
+from engine.parse.reading import Reading
 
 log = logging.getLogger("prism")
 
@@ -67,22 +74,37 @@ class RecordingError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class RecordedRequest:
+    """One recorded request. `reading` is how its output was read (rebuilt for older files);
+    `dialect` is the family as the file names it ("" in the oldest files, and possibly one this
+    version does not know), so a player can tell when to fall back to the pack's."""
+
     id: str
     request: dict
     prompt: str
-    start_state: str
+    reading: Reading = field(default_factory=Reading)
     tokens: tuple[Token, ...] = ()
     finish: str | None = None  # None: the file ends before this request finished
     timings: Timings | None = None
     result: dict | None = None
     api: str = ""  # the client the request came from (openai, anthropic, gui, ...)
-    stream_tools: bool = STREAM_TOOLS
-    tools: tuple[dict, ...] = ()
     t: float = 0.0
     dialect: str = ""  # the tool-call dialect it was parsed with ("" in older files)
     error: str | None = None
     content_specials: tuple[tuple[int, int], ...] = ()  # special tokens from message content
     special_escaped: bool = False  # tokenized as text (--escape-special)
+
+    # What the request record named apart before readings; the reading is the one truth.
+    @property
+    def start_state(self) -> str:
+        return self.reading.start
+
+    @property
+    def stream_tools(self) -> bool:
+        return self.reading.stream_tools
+
+    @property
+    def tools(self) -> tuple[dict, ...]:
+        return self.reading.tools
 
     @property
     def text(self) -> str:
@@ -152,6 +174,23 @@ def _api_and_dialect(rec: dict) -> dict[str, str]:
     if not parser and old in DIALECTS:
         return {"api": str(rec["request"].get("dialect", "")), "dialect": old}
     return {"api": old, "dialect": parser}
+
+
+def _old_reading(rec: dict, dialect: str) -> Reading:
+    """The reading of a request record written before records held one: what the service,
+    the playback and the re-parse each rebuilt from its fields then (a recorded request declared
+    its tools, even none). A family this version does not know reads as "auto"; players see the
+    recorded name in `RecordedRequest.dialect` and fall back to the pack's."""
+    request = dict(rec["request"])  # not an object: damage, as the record's own check says
+    return Reading(
+        start=str(rec.get("start_state", "content")),
+        family=dialect if dialect in DIALECTS else "auto",
+        tools=tuple(rec.get("tools") or ()),
+        tools_declared=True,
+        stream_tools=bool(rec.get("stream_tools", STREAM_TOOLS)),
+        one_call=one_call_only(request),
+        calls_as_text=not request.get("tools"),
+    )
 
 
 def _timings_to_dict(t: Timings) -> dict:
@@ -237,7 +276,13 @@ class Recorder:
         tools: tuple[dict, ...] | list[dict] = (),
         t0: float | None = None,
         marks: PromptMarks | None = None,
+        reading: Reading | None = None,
     ) -> None:
+        """A request record. With `reading` (the service's), the request is recorded with
+        it, and `start_state`, `dialect`, `stream_tools` and `tools` are the reading's."""
+        if reading is not None:
+            start_state, dialect = reading.start, reading.family
+            stream_tools, tools = reading.stream_tools, reading.tools
         t0 = time.perf_counter() if t0 is None else t0
         with self._lock:
             self._starts[id] = t0
@@ -253,6 +298,7 @@ class Recorder:
                 "dialect": dialect,
                 "stream_tools": stream_tools,
                 "tools": list(tools),
+                **({"reading": reading.to_dict()} if reading is not None else {}),
                 # --upstream: this request's time to first token includes the network.
                 **({"upstream": self._upstream, "ttft_includes_network": True}
                    if self._upstream else {}),
@@ -322,14 +368,18 @@ class _Builder:
             rid = str(rec["id"])
             if rid in self.fields:
                 raise ValueError(f"duplicate request id {rid!r}")
+            names = _api_and_dialect(rec)
+            if isinstance(rec.get("reading"), dict):
+                reading = Reading.from_dict(rec["reading"])
+                names["dialect"] = reading.family
+            else:
+                reading = _old_reading(rec, names["dialect"])
             fields = {
                 "id": rid,
                 "request": dict(rec["request"]),
                 "prompt": str(rec["prompt"]),
-                "start_state": str(rec.get("start_state", "content")),
-                **_api_and_dialect(rec),
-                "stream_tools": bool(rec.get("stream_tools", STREAM_TOOLS)),
-                "tools": tuple(rec.get("tools") or ()),
+                "reading": reading,
+                **names,
                 "t": float(rec.get("t", 0.0)),
                 "content_specials": tuple((int(a), int(b))
                                           for a, b in rec.get("content_specials") or ()),

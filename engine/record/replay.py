@@ -134,8 +134,10 @@ def load_outputs(path: Path | str) -> tuple[list[ReplayOutput], str]:
         outs.append(ReplayOutput(
             req.tokens, reason, error, f"{path}#{req.id}",
             turns=_turns(req.request.get("messages") or ()),
-            start_state=req.start_state,
-            dialect=req.dialect if req.dialect in dialects.NAMES else "",
+            # Read as it was read when recorded: its reading's start and family (a family
+            # the file does not name, or this version does not know: the pack's).
+            start_state=req.reading.start,
+            dialect=req.reading.family if req.dialect in dialects.NAMES else "",
         ))
     return outs, session.model
 

@@ -1,5 +1,5 @@
 """Parallel calls off in the three APIs (app/api/openai.py, anthropic.py, responses.py,
-tool_choice.py; engine/parse/events.py `FirstCallOnly`): OpenAI's `parallel_tool_calls: false` and
+tool_choice.py; engine/parse/filters.py `FirstCallOnly`): OpenAI's `parallel_tool_calls: false` and
 Anthropic's `tool_choice.disable_parallel_tool_use: true` give the client the first complete
 call only, streamed and whole alike; each dropped call is an `extra_tool_call` anomaly, counted
 in /metrics and kept in the recording with the output as the model wrote it. Official SDKs

@@ -21,10 +21,11 @@ import httpx
 import pytest
 
 from app.api.tap import TapEngine
-from app.api.tap_readers import Synth, format_call
+from app.api.tap_readers import Synth
 from engine.backends.upstream.engine import UpstreamEngine
 from engine.chat.packs import resolve_pack
-from engine.parse.events import UPSTREAM_LEAK
+from engine.parse import families
+from engine.parse.events import UPSTREAM_LEAK, ToolCall
 from engine.record.recording import read_session
 from tests.app.conftest import TOOLS, Live, hang_up_mid_stream, xml_call
 from tests.app.test_openai import ASK, collect
@@ -297,8 +298,11 @@ def test_synth_writes_the_calls_in_the_pack_syntax_and_knows_whose_text_is_whose
     s.reasoning("think")
     s.content("text")
     s.call("f", '{"a": "x", "n": 2}')
-    assert s.text == "think\n</think>\n\ntext\n" + format_call("qwen-xml", "f",
-                                                                 {"a": "x", "n": 2})
+    assert s.text == "think\n</think>\n\ntext"  # the calls wait for the reply's end
+    s.end()
+    call = families.get("qwen-xml").writer.write_call(ToolCall("call_0", "f", {"a": "x", "n": 2},
+                                                               0))
+    assert s.text == "think\n</think>\n\ntext\n" + call
     assert "<parameter=n>\n2\n</parameter>" in s.text
     assert s.theirs((0, 5)) and s.theirs((18, 20))
     assert not s.theirs((5, 16)) and not s.theirs((len(s.text) - 5, len(s.text)))
@@ -306,5 +310,35 @@ def test_synth_writes_the_calls_in_the_pack_syntax_and_knows_whose_text_is_whose
     h.reasoning("r")
     h.content("c")
     assert h.text == "<think>\nr\n</think>\n\nc"
-    assert json.loads(format_call("hermes-json", "f", {"a": 1}).split("\n")[1]) == {
-        "name": "f", "arguments": {"a": 1}}
+    h.call("f", {"a": 1})
+    h.end()
+    assert json.loads(h.text.split("\n")[-2]) == {"name": "f", "arguments": {"a": 1}}
+    auto = Synth("auto", "content")  # `auto` writes as Hermes JSON
+    auto.content("c")
+    auto.call("f", {"a": 1})
+    auto.end()
+    assert auto.text == h.text.removeprefix("<think>\nr\n</think>\n\n")
+
+
+def test_synth_writes_a_familys_calls_in_one_section_and_text_after_them():
+    calls = [ToolCall("call_0", "f", {"a": 1}, 0), ToolCall("call_1", "g", {}, 1)]
+    kimi = families.get("kimi-k2").writer
+    s = Synth("kimi-k2", "content")
+    s.reasoning("Plan.")
+    s.call("f", '{"a": 1}')
+    s.call("g", "")
+    s.end()
+    assert s.text == kimi.write("Plan.", "", calls)  # both calls in one section
+    assert s.text.count("<|tool_calls_section_begin|>") == 1
+    assert s.theirs((len(kimi.reasoning_open), len(kimi.reasoning_open) + 5))
+    assert not s.theirs((len(kimi.reasoning_open) + 5, len(s.text)))
+    harmony = families.get("harmony").writer
+    t = Synth("harmony", "content")
+    t.reasoning("Plan.")
+    t.content("Calling.")
+    t.call("f", {"a": 1})
+    t.content("Then.")  # text after a call: the call is written first, then a new answer
+    t.end()
+    assert t.text == (harmony.write("Plan.", "Calling.", calls[:1]) + harmony.calls_sep
+                      + harmony.answer_open + "Then.")
+    assert t.theirs((len(t.text) - 5, len(t.text)))

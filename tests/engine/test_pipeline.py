@@ -6,8 +6,9 @@ import logging
 
 from engine.backends.base import Finish, Timings, Token
 from engine.metrics import Metrics
-from engine.parse.events import merge, result_of
+from engine.parse.events import EXTRA_TOOL_CALL, Event, merge, result_of
 from engine.parse.parser import OutputParser
+from engine.parse.reading import Reading
 from engine.pipeline import TokenPipeline
 from engine.record.recording import Recorder, read_session
 from tests.support import Clock
@@ -58,3 +59,56 @@ def test_counts_records_and_logs_what_it_parses(tmp_path, caplog) -> None:
     assert [t.t for t in recorded.tokens] == [0.5, 1.0, 1.5, 2.0]  # the token's own times
     assert recorded.finish == "stop"
     assert recorded.result["tool_calls"][0]["arguments"] == {"city": "Paris"}
+
+
+class Upper:
+    """A filter that upper-cases reasoning text and finishes with nothing."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def feed(self, events):
+        self.log.append("upper")
+        return [Event(e.kind, e.text.upper(), e.span) if e.kind == "reasoning" else e
+                for e in events]
+
+    def finish(self):
+        return []
+
+
+class Marks:
+    """A filter that records the order it runs in and ends with one anomaly of its own."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def feed(self, events):
+        self.log.append("marks")
+        return list(events)
+
+    def finish(self):
+        return [Event("anomaly", "end", (0, 0), anomaly="x")]
+
+
+def test_filters_run_after_the_parser_in_order() -> None:
+    log: list = []
+    pipe = TokenPipeline("r", parser(), filters=[Upper(log)])
+    pipe.add_filter(Marks(log))
+    pipe.add_filter(Marks(log), first=True)  # right after the parser, before the others
+    events = [ev for i, p in enumerate(PIECES) for ev in pipe.feed(Token(i, p, 0.0))]
+    events += pipe.finish()
+    assert log[:3] == ["marks", "upper", "marks"]
+    res = result_of(events)
+    assert res.reasoning == "THE USER WANTS THE WEATHER." and res.anomalies["x"] == 2
+    assert pipe.state == "content"  # the parser's own state: filters do not wrap it
+
+
+def test_one_call_per_reply_through_the_pipeline() -> None:
+    two = [*PIECES, "\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n"
+           "</parameter>\n</function>\n</tool_call>"]
+    reading = Reading(family="qwen-xml", one_call=True)
+    pipe = TokenPipeline("r", reading.parser(), filters=reading.filters())
+    events = [ev for i, p in enumerate(two) for ev in pipe.feed(Token(i, p, 0.0))]
+    res = result_of(events + pipe.finish())
+    assert [c.arguments for c in res.tool_calls] == [{"city": "Paris"}]
+    assert res.anomalies[EXTRA_TOOL_CALL] == 1

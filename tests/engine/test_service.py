@@ -12,9 +12,10 @@ import json
 import pytest
 
 from engine.chat.packs import resolve_pack
-from engine.chat.request import ChatRequest, Message, Sampling
+from engine.chat.request import STREAM_TOOLS, ChatRequest, Message, Sampling
 from engine.metrics import Metrics
 from engine.parse.events import TOOL_CALL, merge, result_of
+from engine.parse.reading import Reading
 from engine.record.recording import read_session
 from engine.service import ContextOverflow, Service
 
@@ -122,6 +123,26 @@ def test_a_recording_replays_with_its_own_start_state_and_dialect(replay_service
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("get_weather", {"city": "Paris"})]
     session = read_session(recording.recorder.path)
     assert session.requests[0].dialect == "hermes-json"
+
+
+def test_a_run_is_read_as_its_reading_says_and_recorded_with_it(replay_service):
+    """The reading is built once per request: the parser, the run's filters and the recording
+    all take it from there (issue 18, item 4)."""
+    two = CALL_IN_THINKING + "\n" + CALL_IN_THINKING.split("\n\n", 1)[1]
+    svc = replay_service(two, two, record=True)
+    one = svc.submit(ask(parallel_calls=False))
+    one.wait(5)
+    assert one.reading == Reading(start="reasoning", family="qwen-xml", tools=TOOLS,
+                                  tools_declared=True, stream_tools=STREAM_TOOLS, one_call=True)
+    assert one.start_state == "reasoning" and one.parser.dialect == "qwen-xml"
+    assert len(one.result.tool_calls) == 1 and one.result.anomalies["extra_tool_call"] == 1
+    plain = svc.submit(ChatRequest(messages=(Message("user", "hi"),)))
+    plain.wait(5)
+    assert plain.reading.calls_as_text and not plain.reading.one_call
+    assert plain.reading.tools == () and plain.reading.tools_declared
+    svc.recorder.close()
+    recorded = read_session(svc.recorder.path).requests
+    assert [r.reading for r in recorded] == [one.reading, plain.reading]
 
 
 def test_a_request_the_recording_does_not_hold_fails_clearly(svc, replay_service):

@@ -152,3 +152,90 @@ def test_live_feed_sees_a_slot_granted_between_updates(replay_service, monkeypat
     assert (track.status, track.slot, track.in_prompt) == ("done", 3, False)
     assert track.raw == "Hello there."
     feed.close()
+
+
+# -- re-parse "as shown" under one call per reply (issue 18, item 4) -------------------------
+
+TOOLS = tuple({"type": "function", "function": {"name": name, "parameters": {
+    "type": "object", "properties": {arg: {"type": "string"}}}}}
+    for name, arg in (("get_weather", "city"), ("search", "query")))
+WEATHER = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+           "</function>\n</tool_call>")
+SEARCH = ("<tool_call>\n<function=search>\n<parameter=query>\nnews\n</parameter>\n"
+          "</function>\n</tool_call>")
+TWO_CALLS = "Two calls.\n</think>\n\n" + WEATHER + "\n" + SEARCH
+
+
+def shown(track: Track):
+    """What the window shows of a finished track: its calls and its extra_tool_call count."""
+    return [c.name for c in track.result.tool_calls], track.anomalies.get("extra_tool_call", 0)
+
+
+def read(result):
+    return [c.name for c in result.tool_calls], result.anomalies.get("extra_tool_call", 0)
+
+
+def test_reparse_as_shown_is_what_a_live_one_call_reply_showed(replay_service):
+    svc = replay_service(TWO_CALLS)
+    feed = LiveFeed(svc, TrackStore())
+    run = svc.submit(ChatRequest(messages=(Message("user", "Weather, and the news?"),),
+                                 tools=TOOLS, parallel_calls=False, api="gui"))
+    run.wait(5)
+    feed.poll()
+    track = feed.store.get(run.id)
+    assert track.reading == run.reading and track.reading.one_call
+    assert shown(track) == (["get_weather"], 1)
+    events, result = track.reparse()
+    assert read(result) == shown(track)  # was two calls and no anomaly
+    assert [e.anomaly for e in events if e.anomaly] == [
+        e.anomaly for e in track.events if e.anomaly]
+    fixture = track.fixture()
+    assert fixture["parser"]["one_call"] is True
+    assert [c["name"] for c in fixture["expected"]["tool_calls"]] == ["get_weather"]
+    assert fixture["expected"]["anomalies"]["extra_tool_call"] == 1
+    # Re-parsed under other settings, the policy still holds: only the settings changed.
+    _, streamed = track.reparse(stream_tools=not track.stream_tools)
+    assert read(streamed) == shown(track)
+    feed.close()
+
+
+def test_reparse_as_shown_of_an_old_recording_with_parallel_calls_off(tmp_path):
+    """A request record written before records held a reading: its reading is rebuilt from the
+    request (parallel_calls false, tools declared), so the playback and the re-parse agree."""
+    import json
+
+    from engine.record.replay import split_text
+    from inspector.playback import Playback
+
+    path = tmp_path / "old.jsonl"
+    lines = [{"format": "prism-session", "version": 1, "model": "m", "pack": "qwen3-xml"},
+             {"type": "request", "id": "r1", "t": 0.0,
+              "request": {"messages": [{"role": "user", "content": "Weather, and the news?"}],
+                          "tools": list(TOOLS), "parallel_calls": False, "api": "openai"},
+              "prompt": "<|im_start|>assistant\n<think>\n", "start_state": "reasoning",
+              "api": "openai", "dialect": "qwen-xml", "stream_tools": True,
+              "tools": list(TOOLS)}]
+    lines += [{"type": "token", "id": "r1", "i": i, "tok": i, "text": piece, "t": 0.01 * i}
+              for i, piece in enumerate(split_text(TWO_CALLS))]
+    lines.append({"type": "finish", "id": "r1", "reason": "stop", "timings": {},
+                  "result": None})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    pb = Playback(TrackStore())
+    pb.set_speed(0.0)
+    (item,) = pb.open(path)
+    pb.poll()
+    track = item.track
+    assert track.status == "done" and shown(track) == (["get_weather"], 1)
+    _, result = track.reparse()
+    assert read(result) == shown(track)
+    assert track.fixture()["expected"]["anomalies"]["extra_tool_call"] == 1
+
+
+def test_track_parts_are_its_reading():
+    t = Track(id="x", start_state="content", dialect="hermes-json", tools=[{"a": 1}])
+    assert (t.reading.start, t.reading.family, t.reading.tools) == (
+        "content", "hermes-json", ({"a": 1},))
+    assert t.stream_tools is t.reading.stream_tools is True  # a request's default
+    t.dialect = "qwen-xml"  # a view or a test changes one setting: the reading follows
+    assert t.reading.family == "qwen-xml" and t.start_state == "content"
+    assert Track(id="y").reading == Track(id="z").reading

@@ -10,7 +10,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything creates
 import pytest
 
 from engine.parse.events import result_of
-from engine.parse.parser import OutputParser
+from engine.parse.filters import Chain
+from engine.parse.reading import Reading
 from inspector.playback import Playback
 from inspector.tracks import TrackStore
 from tests.support import DEMO, Clock, recorded_failures  # noqa: F401 - widget tests import them
@@ -27,14 +28,12 @@ def fragments(pane):
 
 
 def fixture_result(data: dict) -> dict:
-    """An exported fixture's chunks parsed afresh with its parser settings: the result dict
-    to compare with its `expected`."""
-    settings = data["parser"]
-    parser = OutputParser(start=settings["start"], dialect=settings["dialect"],
-                          tools=settings["tools"], stream_tools=settings["stream_tools"],
-                          id_prefix="fixture")
-    events = [ev for chunk in data["chunks"] for ev in parser.feed(chunk)]
-    events += parser.finish()
+    """An exported fixture's chunks read afresh as its reading says (parser and filters): the
+    result dict to compare with its `expected`."""
+    reading = Reading.from_dict(data["parser"])
+    parser, filters = reading.parser(id_prefix="fixture"), Chain(reading.filters())
+    events = [ev for chunk in data["chunks"] for ev in filters.feed(parser.feed(chunk))]
+    events += filters.feed(parser.finish()) + filters.finish()
     return result_of(events, "stop").to_dict()
 
 

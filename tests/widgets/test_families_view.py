@@ -213,7 +213,7 @@ def test_export_fixture_reproduces_the_family_result(window, tmp_path, family):
     data = json.loads(window.reparse.export(tmp_path / "fixture.json").read_text("utf-8"))
     assert data["raw"] == track.raw == "".join(data["chunks"]) == FAMILIES[family].output
     settings = data["parser"]
-    assert settings["dialect"] == family and settings["start"] == FAMILIES[family].start
+    assert settings["family"] == family and settings["start"] == FAMILIES[family].start
     assert fixture_result(data) == data["expected"]
     assert [(c["name"], c["arguments"]) for c in data["expected"]["tool_calls"]] == [CALL]
     assert data["expected"]["finish_reason"] == "tool_calls"

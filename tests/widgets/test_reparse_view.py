@@ -44,9 +44,11 @@ def test_export_fixture_reproduces_the_result(window, tmp_path):
     data = json.loads(path.read_text(encoding="utf-8"))
     assert data["format"] == "prism-fixture" and data["version"] == 1
     assert data["raw"] == track.raw == "".join(data["chunks"])
-    settings = data["parser"]
-    assert settings == {"start": "reasoning", "dialect": "qwen-xml", "stream_tools": True,
-                        "tools": list(track.tools)}
+    settings = data["parser"]  # the track's reading: how it was read, filters included
+    assert settings == track.reading.to_dict()
+    assert (settings["start"], settings["family"], settings["stream_tools"]) == (
+        "reasoning", "qwen-xml", True)
+    assert settings["tools"] == list(track.tools) and settings["tools_declared"]
     assert fixture_result(data) == data["expected"]
     assert data["expected"]["anomalies"]["implicit_reasoning_end"] == 1
     assert data["expected"]["tool_calls"][0]["arguments"] == {"city": "Lisbon",

@@ -12,6 +12,7 @@ import pytest
 from engine.backends.base import Finish, Timings, Token
 from engine.chat.request import ChatRequest, Message, Sampling
 from engine.parse.events import ParseResult
+from engine.parse.reading import Reading
 from engine.record.recording import (
     Recorder,
     RecordingError,
@@ -262,3 +263,80 @@ def test_the_loader_tells_recordings_from_text_and_reads_past_damage(tmp_path: P
     first, cut = session.requests
     assert first.outcome == ("stop", None)
     assert cut.outcome == ("error", "the recording ends before this request finished")
+
+
+# -- a request's reading (engine/parse/reading.py) --------------------------------------------
+
+
+def test_a_request_is_recorded_with_its_reading(tmp_path: Path) -> None:
+    reading = Reading(start="content", family="hermes-json", tools=REQ.tools,
+                      tools_declared=True, stream_tools=True, one_call=True)
+    path = tmp_path / "s.jsonl"
+    with Recorder(path) as rec:
+        # The reading wins over the separate fields, which are written from it.
+        rec.request("r1", REQ, "<prompt>", start_state="reasoning", dialect="qwen-xml",
+                    reading=reading, t0=0.0)
+    line = json.loads(path.read_text(encoding="utf-8").splitlines()[1])
+    assert line["reading"] == reading.to_dict()
+    assert (line["start_state"], line["dialect"], line["stream_tools"]) == (
+        "content", "hermes-json", True)  # for readers that predate readings
+    assert line["tools"] == list(REQ.tools)
+    (r,) = read_session(path).requests
+    assert r.reading == reading
+    assert (r.start_state, r.dialect, r.stream_tools, r.tools) == (
+        "content", "hermes-json", True, REQ.tools)
+
+
+@pytest.mark.parametrize(("body", "one_call", "as_text"), [
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "parallel_calls": False},
+     True, False),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, False, False),
+    ({"tools": [], "parallel_calls": False}, False, True),  # no tools: calls come back as text
+])
+def test_an_old_request_record_without_a_reading_still_loads(tmp_path: Path, body, one_call,
+                                                             as_text) -> None:
+    """A record written before `reading` existed: its reading is rebuilt from the fields and
+    the request, as every player rebuilt it then."""
+    header = {"format": "prism-session", "version": 1, "model": "m", "pack": "qwen3-xml"}
+    rec = {"type": "request", "id": "r1", "t": 0.5,
+           "request": {"messages": [{"role": "user", "content": "hi"}], **body},
+           "prompt": "p", "start_state": "reasoning", "api": "openai", "dialect": "qwen-xml",
+           "stream_tools": False, "tools": body["tools"]}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(rec) + "\n", encoding="utf-8")
+    (r,) = read_session(path).requests
+    assert r.reading == Reading(start="reasoning", family="qwen-xml", tools=tuple(body["tools"]),
+                                tools_declared=True, stream_tools=False, one_call=one_call,
+                                calls_as_text=as_text)
+    assert (r.start_state, r.dialect, r.stream_tools) == ("reasoning", "qwen-xml", False)
+
+
+def test_the_demo_recording_loads_with_readings() -> None:
+    from tests.support import DEMO
+
+    requests = read_session(DEMO).requests
+    assert requests and all(r.reading.family == r.dialect == "qwen-xml" for r in requests)
+    assert all(r.reading.tools_declared and r.reading.start == r.start_state for r in requests)
+
+
+def test_an_unknown_family_is_left_to_the_player(tmp_path: Path) -> None:
+    """A family this version does not know (a newer file, or the oldest with none) reads as
+    auto; `dialect` keeps the recorded name, so a player falls back to the pack's."""
+    header = {"format": "prism-session", "version": 1}
+    old = {"type": "request", "id": "a", "request": {"messages": []}, "prompt": "p"}
+    new = {**old, "id": "b", "reading": {"family": "martian", "start": "content"}}
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in (header, old, new)), encoding="utf-8")
+    a, b = read_session(path).requests
+    assert (a.dialect, a.reading.family, a.reading.start) == ("", "auto", "content")
+    assert (b.dialect, b.reading.family, b.reading.start) == ("martian", "martian", "content")
+
+
+def test_a_damaged_reading_is_damage(tmp_path: Path) -> None:
+    header = {"format": "prism-session", "version": 1}
+    rec = {"type": "request", "id": "a", "request": {"messages": []}, "prompt": "p",
+           "reading": {"tools": 5}}
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(rec) + "\n", encoding="utf-8")
+    with pytest.raises(RecordingError, match="line 2: bad request record"):
+        read_session(path)

@@ -1,6 +1,7 @@
-"""engine/parse/events.py: `CallsAsText`, what a client that declared no tools receives in place of
-a call (the server's decision, issue 11 item 6), and `FirstCallOnly`, what a request that allows
-one call per reply receives (parallel calls off), over outputs parsed every way."""
+"""engine/parse/filters.py: the one filter protocol and `Chain`; `CallsAsText`, what a client that
+declared no tools receives in place of a call (the server's decision, issue 11 item 6), and
+`FirstCallOnly`, what a request that allows one call per reply receives (parallel calls off),
+over outputs parsed every way."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from engine.parse.events import (
     TOOL_ARGS,
     TOOL_CALL,
     TOOL_START,
-    CallsAsText,
-    FirstCallOnly,
-    calls_as_text,
+    Event,
     result_of,
 )
+from engine.parse.filters import CallsAsText, Chain, FirstCallOnly, through
 from tests.engine.parse.parser_harness import random_chunks, run
+
+
+def calls_as_text(events):
+    return through([CallsAsText()], events)
+
 
 CALL = "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>"
 BARE = "<function=f>\n<parameter=a>\nx\n</parameter>\n</function>"
@@ -61,7 +66,7 @@ def test_incremental_feed_equals_the_whole_list():
     events = run(text, [3] * len(text), start="content", stream_tools=True,
                  tools_declared=True)
     f = CallsAsText()
-    assert [x for ev in events for x in f.feed(ev)] == calls_as_text(events)
+    assert [x for ev in events for x in f.feed([ev])] + f.finish() == calls_as_text(events)
 
 
 def test_other_events_pass_through_untouched():
@@ -76,7 +81,7 @@ SECOND = CALL.replace("<function=f>", "<function=g>")
 
 def first_call_only(events):
     f = FirstCallOnly()
-    return [x for ev in events for x in f.feed(ev)]
+    return [x for ev in events for x in f.feed([ev])] + f.finish()
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -114,3 +119,67 @@ def test_a_later_call_that_fails_is_text_as_unstreamed():
     unstreamed = result_of(run(text, [2] * len(text), start="content", stream_tools=False,
                                tools_declared=True))
     assert res.content == unstreamed.content
+
+
+class Holding:
+    """A filter that holds every event back until the end (as no real one does), to show what a
+    chain owes the filters after one that lets events go at its end."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag, self.held = tag, []
+
+    def feed(self, events):
+        self.held += events
+        return []
+
+    def finish(self):
+        out, self.held = [*self.held, Event(CONTENT, self.tag, (0, 0))], []
+        return out
+
+
+class Tagging:
+    """Appends its tag to every event's text; finishes with one event of its own."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def feed(self, events):
+        return [Event(e.kind, e.text + self.tag, e.span) for e in events]
+
+    def finish(self):
+        return [Event(CONTENT, "end" + self.tag, (0, 0))]
+
+
+def texts(events):
+    return [e.text for e in events]
+
+
+def test_a_chain_applies_its_filters_in_order():
+    evs = [Event(CONTENT, "a", (0, 1)), Event(CONTENT, "b", (1, 2))]
+    chain = Chain([Tagging("1"), Tagging("2")])
+    assert texts(chain.feed(evs)) == ["a12", "b12"]
+    assert texts(chain.finish()) == ["end12", "end2"]
+    first = Chain([Tagging("1")])
+    first.add(Tagging("0"), first=True)
+    first.add(Tagging("2"))
+    assert texts(first.feed(evs[:1])) == ["a012"] and len(first) == 3
+
+
+def test_what_a_filter_lets_go_at_its_end_goes_through_the_filters_after_it():
+    chain = Chain([Holding("h"), Tagging("t")])
+    assert chain.feed([Event(CONTENT, "a", (0, 1))]) == []
+    assert texts(chain.finish()) == ["at", "ht", "endt"]
+    assert texts(through([Holding("h"), Tagging("t")], [Event(CONTENT, "a", (0, 1))])) == [
+        "at", "ht", "endt"]
+
+
+def test_an_empty_chain_is_the_parser_itself():
+    events = run("x\n</think>\n\n" + CALL, start="reasoning", stream_tools=True)
+    chain = Chain()
+    assert not chain and chain.feed(events) == events and chain.finish() == []
+    assert through([], events) == events
+
+
+def test_feeding_nothing_gives_nothing():
+    for f in (CallsAsText(), FirstCallOnly()):
+        assert f.feed([]) == [] and f.finish() == []
