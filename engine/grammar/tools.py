@@ -7,8 +7,8 @@ llama.cpp's server builds the same kind of grammar for `tool_choice`), and `requ
 the choice of grammar for a request. Pure text building on the caller's thread (the
 service's); it uses llama-cpp-python's JSON-schema converter (as engine/grammar/json_schema.py
 does), so `app/` need not.
-writer.py writes grammar text (literals, token references, JSON by schema); calls.py each
-family's call markup.
+writer.py writes grammar text (literals, token references, JSON by schema, key/value
+parameters); each family's module writes its own call markup with it (its record's `grammar`).
 
 What each family is made to write (engine/parse/families/ reads it back):
 
@@ -58,26 +58,30 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from engine.grammar.calls import FORMATS, Format
 from engine.grammar.writer import PREFIX, Writer, excluding
-from engine.parse.families import harmony, markers
-from engine.parse.markers import THINK_CLOSE
+from engine.parse.families import REGISTRY, CallGrammar
 
-__all__ = ["FORCED", "FORMATS", "PREFIX", "Format", "Writer", "excluding", "forced_call",
+__all__ = ["FORCED", "FORMATS", "PREFIX", "CallGrammar", "Writer", "excluding", "forced_call",
            "request_grammar", "request_thinking", "special_ids"]
+
+# Each family's forced-call grammar, from its record (engine/parse/families/registry.py);
+# `auto` writes Hermes' calls, which it reads as well as Qwen's.
+FORMATS: dict[str, CallGrammar] = {
+    name: fam.grammar for name, fam in REGISTRY.items() if fam.grammar is not None}
+FORMATS["auto"] = FORMATS["hermes-json"]
 
 log = logging.getLogger("prism")
 
 
 
 def _reasoning(dialect: str) -> tuple[str, str] | None:
-    """(closer, what follows it before a call) of the family's reasoning, None without one."""
-    mk = markers(dialect)
-    if not mk.think_close:
+    """(closer, what follows it before a call) of the family's reasoning, None without one:
+    what its writer writes after the closer (Harmony's next message, `<think>`'s blank line)."""
+    fam = REGISTRY.get("hermes-json" if dialect == "auto" else dialect)
+    closer = fam.markers.think_close if fam is not None else None
+    if not closer:
         return None
-    if dialect == harmony.NAME:  # the analysis message ends; the call is the next message
-        return mk.think_close, "<|start|>assistant"
-    return mk.think_close, "\n\n" if mk.think_close == THINK_CLOSE else ""
+    return closer, fam.writer.reasoning_close.partition(closer)[2]
 
 
 def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,

@@ -19,25 +19,15 @@ to `out` ("start" with the name, "args" with a JSON fragment) and sets `done`/`e
 
 Shared readers: framed.py (markers around a name and JSON arguments), tagged.py (key/value
 parameters between tags), common.py (matching and the call-body base). Adding a family is one
-module here and one line in `_MODULES`. Pure Python, standard library only, run by whichever
-thread drives the parser (docs/design.md, sections 4 and 8).
+new module here: the package imports every module it holds. Pure Python, standard library
+only, run by whichever thread drives the parser (docs/design.md, sections 4 and 8).
 """
 
 from __future__ import annotations
 
-from engine.parse.families import (
-    deepseek,
-    dsml,
-    gemma4,
-    glm,
-    harmony,
-    hermes_json,
-    kimi_k2,
-    llama3_json,
-    minimax_xml,
-    mistral,
-    qwen_xml,
-)
+import importlib
+import pkgutil
+
 from engine.parse.families.common import FULL, NONE, PREFIX, Match
 from engine.parse.families.registry import (
     CallGrammar,
@@ -49,9 +39,14 @@ from engine.parse.families.registry import (
 )
 from engine.parse.markers import THINK_MARKERS, Markers
 
-# Importing a module registers its family; this tuple only keeps the imports in one place.
-_MODULES = (qwen_xml, hermes_json, harmony, deepseek, dsml, glm, kimi_k2, minimax_xml,
-            mistral, gemma4, llama3_json)
+# Every module here that is not a shared reader is a family: importing it registers it, so a
+# new family is one new module and nothing else to edit (sorted, so the registration order,
+# and with it the tie-break of detection, is the same on every machine).
+_SHARED = frozenset({"common", "framed", "tagged", "registry"})
+for _mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    if _mod not in _SHARED:
+        importlib.import_module(f"{__name__}.{_mod}")
+
 REGISTRY: dict[str, Family] = {f.name: f for f in families()}
 NAMES = ("auto", *REGISTRY)
 # `auto` reads the two `<tool_call>` families, whichever opener the model writes (never the

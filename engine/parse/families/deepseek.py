@@ -29,7 +29,7 @@ import re
 
 from engine.parse.families.common import FULL, NONE, PREFIX, Match
 from engine.parse.families.framed import FramedBody, call_or_word
-from engine.parse.families.registry import Family, register, think_writer
+from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "deepseek"
@@ -149,6 +149,11 @@ def _write_call(call, index: int) -> str:
     return CALL_BEGIN + call.name + SEP + json.dumps(call.arguments, ensure_ascii=False) + CALL_END
 
 
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF, V3.1's layout (`w`: engine/grammar/writer.py's Writer)."""
+    return f"{w.seq(CALL_BEGIN + fn['name'] + SEP)} {w.args(i, fn)} {w.seq(CALL_END)}"
+
+
 FAMILY = register(Family(
     name=NAME, models="DeepSeek R1, V3, V3.1", markers=MARKERS, match_opener=match_opener,
     call_parser=CallParser,
@@ -156,4 +161,5 @@ FAMILY = register(Family(
                   calls_close=CALLS_END),
     detect=(CALLS_BEGIN, "<｜Assistant｜>"), stops=("<｜end▁of▁sentence｜>",),
     preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="deepseek",
+    grammar=CallGrammar(_grammar_call, open=CALLS_BEGIN, close=CALLS_END),
 ))

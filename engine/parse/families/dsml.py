@@ -25,7 +25,7 @@ import json
 
 from engine.parse.families.common import Match
 from engine.parse.families.framed import call_or_word
-from engine.parse.families.registry import Family, register, think_writer
+from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.families.tagged import TaggedCall
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
@@ -65,12 +65,29 @@ class CallParser(TaggedCall):
         return None
 
 
+def _write_value(v) -> str:
+    """A value as the reader takes it back: a string raw, anything else JSON. The reader strips
+    one leading and one trailing newline, so a string that begins or ends with one gets one
+    more there."""
+    if not isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
+
+
 def _write_call(call, index: int) -> str:
     params = "".join(
         f'{PARAM}{k}" string="{"true" if isinstance(v, str) else "false"}">'
-        f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}{PARAM_END}\n"
+        f"{_write_value(v)}{PARAM_END}\n"
         for k, v in call.arguments.items())
     return f'{INVOKE}{call.name}">\n{params}{INVOKE_END}\n'
+
+
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    params = w.tagged(i, fn, PARAM, lambda raw: f'" string="{"true" if raw else "false"}">',
+                      PARAM_END + "\n", PARAM_END)
+    return f'{w.seq(INVOKE + fn["name"] + chr(34) + ">" + chr(10))} {params} ' \
+        f"{w.seq(INVOKE_END + chr(10))}"
 
 
 FAMILY = register(Family(
@@ -80,4 +97,5 @@ FAMILY = register(Family(
                   calls_close=SECTION_END),
     detect=("｜DSML｜",), supersedes=("deepseek",), stops=("<｜end▁of▁sentence｜>",),
     preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="dsml",
+    grammar=CallGrammar(_grammar_call, open=SECTION + "\n", close=SECTION_END),
 ))

@@ -25,7 +25,7 @@ import re
 
 from engine.parse.families.common import PREFIX, Match, match_literal
 from engine.parse.families.framed import FramedBody
-from engine.parse.families.registry import Family, Writer, register
+from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 
 NAME = "gemma4"
@@ -206,6 +206,73 @@ def _write_call(call, index: int) -> str:
     return f"{CALL}{_CALL_WORD}{call.name}{_write_value(call.arguments)}{CALL_END}"
 
 
+def _gemma_any(w) -> str:
+    """A grammar rule for any Gemma value (a property without a usable schema)."""
+    p = w.prefix
+    name = f"{p}-gv"
+    if name not in w.rules:
+        q = w.seq(QUOTE)
+        w.rules[name] = (f'{q} {w.until(QUOTE)} {q} | {p}-gnum | "true" | "false"'
+                         f' | "null" | "{{" ({p}-gkv ("," {p}-gkv)*)? "}}"'
+                         f' | "[" ({name} ("," {name})*)? "]"')
+        w.rules[f"{p}-gkv"] = f'[A-Za-z0-9_]+ ":" {name}'
+        w.rules[f"{p}-gnum"] = '"-"? [0-9]{1,15} ("." [0-9]{1,15})?'
+    return name
+
+
+def _comma_list(items: list[tuple[str, bool]]) -> str:
+    """Comma-separated `items` (expression, required) in order, the optional ones omissible."""
+    alts = []
+    for k, (first, _) in enumerate(items):
+        rest = " ".join(f'("," {e})' + ("" if req else "?") for e, req in items[k + 1:])
+        alts.append(f"{first} {rest}".strip())
+        if items[k][1]:  # a required item cannot be skipped: no later item may come first
+            break
+    else:
+        alts.append('""')
+    return "(" + " | ".join(alts) + ")"
+
+
+def _gemma_value(w, schema: dict, depth: int = 0) -> str:
+    enum = schema.get("enum")
+    q = w.seq(QUOTE)
+    if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
+        return "(" + " | ".join(f"{q} {w.lit(e)} {q}" for e in enum) + ")"
+    kind = schema.get("type")
+    if kind == "string":
+        return f"{q} {w.until(QUOTE)} {q}"
+    if kind == "integer":
+        return '("-"? [0-9]{1,15})'
+    if kind == "number":
+        _gemma_any(w)
+        return f"{w.prefix}-gnum"
+    if kind == "boolean":
+        return '("true" | "false")'
+    if kind == "null":
+        return '"null"'
+    if depth < 8 and kind == "array" and isinstance(schema.get("items"), dict):
+        item = _gemma_value(w, schema["items"], depth + 1)
+        return f'"[" ({item} ("," {item})*)? "]"'
+    if depth < 8 and kind == "object" and isinstance(schema.get("properties"), dict):
+        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        items = []
+        for k, sub in schema["properties"].items():
+            key = k if _KEY.fullmatch(k) else json.dumps(k)
+            value = _gemma_value(w, sub if isinstance(sub, dict) else {}, depth + 1)
+            items.append((f"{w.lit(key + ':')} {value}", k in required))
+        return f'"{{" {_comma_list(items)} "}}"'
+    return _gemma_any(w)
+
+
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF in Gemma's own values (`w`: engine/grammar/writer.py's Writer)."""
+    params = w.params(fn)
+    args = (_gemma_value(w, params) if isinstance(params.get("properties"), dict)
+            else f'"{{" ({w.prefix}-gkv ("," {w.prefix}-gkv)*)? "}}"')
+    _gemma_any(w)
+    return f"{w.seq(CALL + _CALL_WORD + fn['name'])} {args} {w.seq(CALL_END)}"
+
+
 FAMILY = register(Family(
     name=NAME, models="Gemma 4", markers=MARKERS, match_opener=match_opener,
     call_parser=CallParser,
@@ -213,4 +280,5 @@ FAMILY = register(Family(
                   calls_sep=""),
     detect=(CALL, "<|channel>", "<|turn>"), stops=("<turn|>",), preserved_tokens=PRESERVED_TOKENS,
     thinking=False, pack="gemma4",
+    grammar=CallGrammar(_grammar_call),
 ))

@@ -24,7 +24,7 @@ import json
 
 from engine.parse.families.common import Match
 from engine.parse.families.framed import word_then
-from engine.parse.families.registry import Family, register, think_writer
+from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.families.tagged import TaggedCall
 from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN, Markers
 
@@ -50,12 +50,28 @@ class CallParser(TaggedCall):
     FUNC_CLOSE = CALL_CLOSE
 
 
+def _write_value(v) -> str:
+    """A value as the reader takes it back: a string raw, anything else JSON. The reader strips
+    one leading and one trailing newline, so a string that begins or ends with one gets one
+    more there."""
+    if not isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
+
+
 def _write_call(call, index: int) -> str:
     pairs = "".join(
         f"{KEY}{k}</arg_key>\n<arg_value>"
-        f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</arg_value>\n"
+        f"{_write_value(v)}</arg_value>\n"
         for k, v in call.arguments.items())
     return f"{CALL_OPEN}{call.name}\n{pairs}{CALL_CLOSE}"
+
+
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    params = w.tagged(i, fn, KEY, lambda raw: "</arg_key>\n<arg_value>", "</arg_value>\n",
+                      "</arg_value>")
+    return f"{w.seq(CALL_OPEN + fn['name'] + chr(10))} {params} {w.seq(CALL_CLOSE)}"
 
 
 FAMILY = register(Family(
@@ -64,4 +80,5 @@ FAMILY = register(Family(
     detect=(KEY, "[gMASK]<sop>"), supersedes=("qwen-xml", "hermes-json"),
     stops=("<|user|>", "<|observation|>"), preserved_tokens=PRESERVED_TOKENS, thinking=True,
     pack="glm",
+    grammar=CallGrammar(_grammar_call, sep="\n"),
 ))

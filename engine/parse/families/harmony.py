@@ -27,7 +27,7 @@ import json
 
 from engine.parse.families.common import PREFIX, Match, match_literal
 from engine.parse.families.framed import FramedBody
-from engine.parse.families.registry import Family, Writer, register
+from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 
 NAME = "harmony"
@@ -109,6 +109,12 @@ def _write_call(call, index: int) -> str:
     return f"{head}{MESSAGE}{args}{CALL_END}"
 
 
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    head = f"<|channel|>commentary to={_RECIPIENT}{fn['name']} <|constrain|>json{MESSAGE}"
+    return f"{w.seq(head)} {w.args(i, fn)} {w.seq(CALL_END)}"
+
+
 FAMILY = register(Family(
     name=NAME, models="gpt-oss", markers=MARKERS, match_opener=match_opener,
     call_parser=CallParser,
@@ -118,4 +124,5 @@ FAMILY = register(Family(
     detect=("<|channel|>",), supersedes=("gemma4",),
     stops=("<|return|>", "<|call|>"), never_stops=(END,), preserved_tokens=PRESERVED_TOKENS,
     thinking=True, pack="harmony", repairs_history=False,
+    grammar=CallGrammar(_grammar_call, several=False),
 ))

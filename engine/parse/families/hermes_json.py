@@ -31,7 +31,7 @@ from engine.parse.families.common import (
     match_literal,
     skip_ws,
 )
-from engine.parse.families.registry import Family, register, think_writer
+from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_MARKERS
 
 NAME = "hermes-json"
@@ -366,10 +366,17 @@ def _write_call(call, index: int) -> str:
     return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
 
 
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    head = CALL_OPEN + '\n{"name": ' + json.dumps(fn["name"]) + ', "arguments": '
+    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}' + chr(10) + CALL_CLOSE)}"
+
+
 FAMILY = register(Family(
     name=NAME, models="Qwen3 (Hermes JSON calls), Hermes, most ChatML tool templates",
     markers=THINK_MARKERS, match_opener=match_opener, call_parser=CallParser,
     writer=think_writer(_write_call),
     detect=(CALL_OPEN,), fallback=True,
     thinking=None, pack="qwen3-hermes",
+    grammar=CallGrammar(_grammar_call, sep="\n"),
 ))

@@ -23,7 +23,7 @@ import json
 
 from engine.parse.families.common import FULL, PREFIX, Match
 from engine.parse.families.framed import FramedBody, call_or_word
-from engine.parse.families.registry import Family, register, think_writer
+from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "kimi-k2"
@@ -104,6 +104,13 @@ def _write_call(call, index: int) -> str:
     return f"{CALL}functions.{call.name}:{index}{ARG}{args}{CALL_END}"
 
 
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer). The index counts the
+    calls of the conversation (Kimi's ids); the parser does not keep it."""
+    head = w.seq(f"{CALL}functions.{fn['name']}:")
+    return f"{head} [0-9] [0-9]? {w.seq(ARG)} {w.args(i, fn)} {w.seq(CALL_END)}"
+
+
 FAMILY = register(Family(
     name=NAME, models="Kimi K2, K2-Thinking", markers=MARKERS, match_opener=match_opener,
     call_parser=CallParser,
@@ -111,4 +118,5 @@ FAMILY = register(Family(
                   calls_close=SECTION_END),
     detect=(SECTION, "<|im_middle|>"), stops=("<|im_end|>",),
     preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="kimi-k2",
+    grammar=CallGrammar(_grammar_call, open=SECTION, close=SECTION_END),
 ))

@@ -23,7 +23,7 @@ import json
 
 from engine.parse.families import hermes_json
 from engine.parse.families.common import NONE, WS, Match, match_literal
-from engine.parse.families.registry import Family, Writer, register
+from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 
 NAME = "llama3-json"
@@ -74,10 +74,17 @@ def _write_call(call, index: int) -> str:
     return json.dumps({"name": call.name, "parameters": call.arguments}, ensure_ascii=False)
 
 
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    head = '{"name": ' + json.dumps(fn["name"]) + ', "parameters": '
+    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
+
+
 FAMILY = register(Family(
     name=NAME, models="Llama 3.1-3.3", markers=MARKERS, match_opener=match_opener,
     call_parser=CallParser, writer=Writer(_write_call, calls_sep="; "),
     detect=(PYTHON_TAG, "<|start_header_id|>"), stops=("<|eot_id|>", "<|eom_id|>"),
     preserved_tokens=PRESERVED_TOKENS, thinking=False, pack="llama3-json",
     repairs_history=False,
+    grammar=CallGrammar(_grammar_call, sep="; "),
 ))

@@ -25,7 +25,7 @@ import json
 
 from engine.parse.families.common import Match
 from engine.parse.families.framed import call_or_word
-from engine.parse.families.registry import Family, register, think_writer
+from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.families.tagged import TaggedCall
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
@@ -54,12 +54,29 @@ class CallParser(TaggedCall):
     SECTION_CLOSE = SECTION_END
 
 
+def _write_value(v) -> str:
+    """A value as the reader takes it back: a string raw, anything else JSON. The reader strips
+    one leading and one trailing newline, so a string that begins or ends with one gets one
+    more there."""
+    if not isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
+
+
 def _write_call(call, index: int) -> str:
     params = "".join(
         f'<parameter name="{k}">'
-        f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</parameter>\n"
+        f"{_write_value(v)}</parameter>\n"
         for k, v in call.arguments.items())
     return f'{INVOKE}{call.name}">\n{params}</invoke>\n'
+
+
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    params = w.tagged(i, fn, '<parameter name="', lambda raw: '">', "</parameter>\n",
+                      "</parameter>")
+    return f"{w.seq(INVOKE + fn['name'] + chr(34) + '>' + chr(10))} {params} " \
+        f"{w.seq('</invoke>' + chr(10))}"
 
 
 FAMILY = register(Family(
@@ -69,4 +86,5 @@ FAMILY = register(Family(
                   calls_close=SECTION_END),
     detect=(SECTION, "]~b]"), stops=("[e~[",), preserved_tokens=PRESERVED_TOKENS,
     thinking=True, pack="minimax-xml",
+    grammar=CallGrammar(_grammar_call, open=SECTION + "\n", close=SECTION_END),
 ))

@@ -22,7 +22,7 @@ import json
 from engine.parse.families import hermes_json
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
 from engine.parse.families.framed import FramedBody, word_then
-from engine.parse.families.registry import Family, Writer, register
+from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 
 NAME = "mistral"
@@ -132,10 +132,16 @@ def _write_call(call, index: int) -> str:
     return CALLS + call.name + ARGS + json.dumps(call.arguments, ensure_ascii=False)
 
 
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    return f"{w.seq(CALLS + fn['name'] + ARGS)} {w.args(i, fn)}"
+
+
 FAMILY = register(Family(
     name=NAME, models="Mistral Small 3.x, Magistral, Devstral", markers=MARKERS,
     match_opener=match_opener, call_parser=CallParser,
     writer=Writer(_write_call, reasoning_open=THINK, reasoning_close=THINK_END, calls_sep=""),
     detect=(CALLS, THINK), stops=("</s>",), preserved_tokens=PRESERVED_TOKENS,
     thinking=False, pack="mistral",
+    grammar=CallGrammar(_grammar_call),
 ))

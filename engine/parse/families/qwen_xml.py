@@ -34,7 +34,7 @@ from engine.parse.families.common import (
     match_literal,
     skip_ws,
 )
-from engine.parse.families.registry import Family, register, think_writer
+from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_MARKERS
 from engine.parse.schema import (
     STRING,
@@ -411,10 +411,18 @@ def _write_call(call, index: int) -> str:
     return f"{CALL_OPEN}\n{OPENER}{call.name}>\n{params}{_END_FUNC}\n{CALL_CLOSE}"
 
 
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    params = w.tagged(i, fn, _PARAM, lambda raw: ">\n", "\n" + _END_PARAM + "\n", _END_PARAM)
+    head = f"{CALL_OPEN}\n{OPENER}{fn['name']}>\n"
+    return f"{w.seq(head)} {params} {w.seq(_END_FUNC + chr(10) + CALL_CLOSE)}"
+
+
 FAMILY = register(Family(
     name=NAME, models="Qwen3-Coder, Qwen3.5 (XML calls)",
     markers=THINK_MARKERS, match_opener=match_opener, call_parser=CallParser,
     writer=think_writer(_write_call),
     detect=(_PARAM,), fallback=True, supersedes=("hermes-json",),
     thinking=None, pack="qwen3-xml",
+    grammar=CallGrammar(_grammar_call, sep="\n"),
 ))
