@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.config import add_engine_arguments, port_number
+from engine.chat.detect import UNKNOWN
 
 if TYPE_CHECKING:  # the verbs share one parser: importing the engine here would slow `parse`
     from engine.service import Service
@@ -54,6 +55,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="quit after this many seconds (with --screenshot: take it then)")
 
 
+
+def window_title(engine_name: str, pack) -> str:
+    """The window's title: the engine, the pack and the family its output is read as, or that
+    the template's call format is unknown (the output is then shown as content)."""
+    how = UNKNOWN if pack.format_unknown else f"dialect {pack.dialect}"
+    return f"Prism — {engine_name} ({pack.name}, {how})"
+
 class Inspector:
     """The window, the feed, the playback and the server for one service. GUI thread."""
 
@@ -74,8 +82,7 @@ class Inspector:
         engine = service.engine
         self.window = MainWindow(self.store, self.playback, [self.feed, self.playback],
                                  submit=service.submit,
-                                 title=f"Prism — {engine.name} ({service.pack.name}, "
-                                       f"dialect {service.pack.dialect})")
+                                 title=window_title(engine.name, service.pack))
         self.window.server_toggled.connect(self._server_toggled)
         self.server = None
         self.url: str | None = None

@@ -40,8 +40,10 @@ class Detection:
     marker: str
     reasoning: tuple[str, str] | None
     family: Family | None
+    unknown: bool = False  # the template offers tools but writes calls in no format we read
 
 
+UNKNOWN = "format unknown: output shown as content"
 def detect(template: str) -> Detection:
     """The family a chat template was written for, from the markers it contains (see the
     module docstring for the order); `auto` when none is there."""
@@ -49,7 +51,9 @@ def detect(template: str) -> Detection:
         for marker in fam.detect:
             if marker in template:
                 return Detection(fam.name, marker, fam.reasoning, fam)
-    return Detection("auto", "", THINK, None)
+    # A template that renders `tools` but names no family's markers writes its calls in a
+    # format Prism has no reader for: say so rather than guess a neighbour (issue 19).
+    return Detection("auto", "", THINK, None, unknown="tools" in template)
 
 
 def reasoning_markers(dialect: str) -> tuple[str, str] | None:

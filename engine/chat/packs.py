@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.chat import detect as families
+from engine.chat.detect import UNKNOWN
 from engine.chat.template import ChatTemplate
 from engine.gguf import GGUFError
 from engine.gguf import read_gguf_metadata as _read_gguf
@@ -76,6 +77,12 @@ class Pack:
     stop: tuple[str, ...] = ()
     template_origin: str = ""
     dialect_origin: str = ""  # why this dialect: the pack, --dialect, or the template's marker
+
+    @property
+    def format_unknown(self) -> bool:
+        """The template writes tool calls in a format no family reads (said at start, in
+        /v1/models and in the window's title)."""
+        return self.dialect_origin.startswith(UNKNOWN)
 
     def chat_template(self) -> ChatTemplate:
         return ChatTemplate(self.template, bos_token=self.bos_token, eos_token=self.eos_token,
@@ -130,9 +137,13 @@ def _detected(template: str, origin: str) -> dict[str, Any]:
         why = f"detected from {found.marker!r} in the chat template"
         if dialect != found.dialect:
             why = f"{found.dialect} {why}; no parser for it here, so auto"
+    elif found.unknown:
+        why = (f"{UNKNOWN}: the chat template offers tools, but no family's markers are in "
+               "it, so calls in its format are not read")
     else:
         why = "no family marker in the chat template"
-    log.info("[prism] dialect %s (%s, %s)", dialect, why, origin)
+    (log.warning if found.unknown else log.info)("[prism] dialect %s (%s, %s)", dialect, why,
+                                                 origin)
     fam = found.family
     thinking = fam.thinking if fam is not None and fam.thinking is not None \
         else THINK_OPEN in template
