@@ -11,6 +11,7 @@ parser that owns it; no state of its own beyond the parser's fields.
 
 from __future__ import annotations
 
+from engine.parse import families
 from engine.parse.events import (
     ANOMALY,
     CONTENT,
@@ -89,6 +90,14 @@ class CallStates:
         call.out.clear()
 
     def _call_id(self) -> str:
+        # The model's own id where its format carries one (the reader sets `call_id` before
+        # the call's first event), else one in the form the family's template accepts.
+        own = getattr(self._call, "call_id", None)
+        if own:
+            return own
+        fam = families.get(self.dialect)
+        if fam is not None and fam.call_id is not None:
+            return fam.call_id(self._prefix, self._call_index)
         return f"call_{self._prefix}{self._call_index}"
 
     def _rest(self, rel: int, s: str, k: int, abs_k: int):

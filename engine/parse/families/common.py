@@ -58,7 +58,7 @@ def skip_ws(text: str, i: int, limit: int | None = MAX_GAP) -> int:
 
 class CallBody:
     """What the parser reads of every dialect's `CallParser` (the shared half of the contract
-    described in engine/parse/families.py): the streamed items and the outcome."""
+    described in engine/parse/families/__init__.py): the streamed items and the outcome."""
 
     def __init__(self, schemas: dict, stream: bool) -> None:
         self.schemas = schemas
@@ -69,6 +69,7 @@ class CallBody:
         self.error: str | None = None  # "unfinished", or why the body is malformed
         self.resume: int | None = None  # where the channel's text resumes after an error
         self.name: str | None = None
+        self.call_id: str | None = None  # the model's own id, where its format carries one
         self.arguments: dict = {}
         # What had to be repaired to accept the call (docs/design.md, section 4 "The parser"):
         # the parser reports a non-empty list once per accepted call as `repaired_call`.

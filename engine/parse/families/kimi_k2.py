@@ -74,6 +74,8 @@ class CallParser(FramedBody):
                 word = self._word(_ID_CHARS)
                 if not word:
                     return
+                if name_of(word) != word:  # `functions.NAME:IDX`: the model's own id, kept
+                    self.call_id = word
                 self._start(name_of(word))
                 self._st = _ARG
             elif st == _ARG:
@@ -101,7 +103,9 @@ __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 def _write_call(call, index: int) -> str:
     args = json.dumps(call.arguments, ensure_ascii=False)
-    return f"{CALL}functions.{call.name}:{index}{ARG}{args}{CALL_END}"
+    # The model's own id when the call kept it, else the form Kimi's template writes.
+    cid = call.id if name_of(call.id) == call.name != call.id else f"functions.{call.name}:{index}"
+    return f"{CALL}{cid}{ARG}{args}{CALL_END}"
 
 
 def _grammar_call(w, i: int, fn: dict) -> str:

@@ -78,7 +78,7 @@ class CallParser(FramedBody):
                 word = self._word(_NAME_CHARS)
                 if not word:
                     return
-                self._start(word)
+                self._name_seen = word  # started once the optional id is read: it is the id
                 self._st = _ID
             elif st == _ID:  # an optional `[CALL_ID]id` before `[ARGS]`
                 b = self._buf
@@ -91,7 +91,9 @@ class CallParser(FramedBody):
                         k += 1
                     if k == len(b):
                         return  # the id may go on
+                    self.call_id = b[len(CALL_ID):k] or None  # the model's own: kept
                     self._eat(k)
+                self._start(self._name_seen)
                 self._st = _ARGS_TAG
             elif st == _ARGS_TAG:
                 if not self._expect(ARGS):
@@ -137,6 +139,18 @@ def _grammar_call(w, i: int, fn: dict) -> str:
     return f"{w.seq(CALLS + fn['name'] + ARGS)} {w.args(i, fn)}"
 
 
+_LETTERS = str.maketrans("0123456789", "ghijklmnop")
+
+
+def _call_id(prefix: str, index: int) -> str:
+    """9 alphanumeric characters, the only ids Mistral's templates accept back ("Tool call IDs
+    should be alphanumeric strings with length 9!"): the reply's prefix as letters, then the
+    index in digits (letters then digits, so two indices never give one id)."""
+    digits = str(index)
+    letters = "".join(c for c in prefix.lower().translate(_LETTERS) if "a" <= c <= "z") or "x"
+    return (letters * 9)[: 9 - len(digits)] + digits
+
+
 FAMILY = register(Family(
     name=NAME, models="Mistral Small 3.x, Magistral, Devstral", markers=MARKERS,
     match_opener=match_opener, call_parser=CallParser,
@@ -144,4 +158,5 @@ FAMILY = register(Family(
     detect=(CALLS, THINK), stops=("</s>",), preserved_tokens=PRESERVED_TOKENS,
     thinking=False, pack="mistral",
     grammar=CallGrammar(_grammar_call),
+    call_id=_call_id,
 ))

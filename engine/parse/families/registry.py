@@ -117,6 +117,10 @@ class Family:
     supersedes: families whose detection markers this family's templates also contain.
     fallback: detected only when no other family's markers are in the template (the
         `<tool_call>` families: other families' templates write that tag too).
+    call_id: the id Prism gives a call the model wrote without one, from the reply's random
+        prefix and the call's index, in the form the family's template accepts when the call
+        comes back in the history (None: `call_PREFIXINDEX`). A call that carries the model's
+        own id (Kimi's `functions.NAME:IDX`, Mistral's `[CALL_ID]`) keeps it.
     """
 
     name: str
@@ -135,6 +139,7 @@ class Family:
     repairs_history: bool = True
     supersedes: tuple[str, ...] = ()
     fallback: bool = False
+    call_id: Callable[[str, int], str] | None = None
     module: str = field(default="", compare=False)
 
     @property

@@ -56,3 +56,13 @@ def test_reader_directly():
     body = one("f", {"q": [1]}) + " " + k.SECTION_END
     p = read_all_ways(k, body + "tail")
     assert (p.name, p.arguments, p.end) == ("f", {"q": [1]}, len(body))
+
+
+def test_the_models_own_call_id_is_kept_end_to_end():
+    """Kimi's id `functions.NAME:IDX` is the call's id (issue 19, item 3): its template writes
+    it back in the history, so the next turn shows the model the id it wrote."""
+    text = (k.SECTION + k.CALL + "functions.get_weather:3" + k.ARG + '{"city": "Paris"}'
+            + k.CALL_END + k.SECTION_END)
+    res = parse_all_ways(text, dialect="kimi-k2", start="content")
+    assert [(c.id, c.name) for c in res.tool_calls] == [("functions.get_weather:3",
+                                                          "get_weather")]

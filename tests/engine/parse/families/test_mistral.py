@@ -5,9 +5,12 @@ stream_tools off and on."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from engine.chat.request import Message
+from engine.chat.template import ChatTemplate
 from engine.parse.families import mistral
 from tests.engine.parse.family_harness import read_all_ways
 from tests.engine.parse.family_rules import RULES, Family
@@ -68,3 +71,44 @@ def test_reader_directly():
     assert (p.name, p.arguments, p.end) == ("f", {"a": 1}, len('f[ARGS] {"a": 1}'))
     p = read_all_ways(mistral, "f[NOPE]{}")
     assert p.error == "expected [ARGS]" and p.resume == 1
+
+
+# --- call ids (issue 19, item 3) ------------------------------------------------------------
+
+SHARED = Path(__file__).resolve().parents[5] / "shared" / "templates"
+
+
+def test_the_models_own_call_id_is_kept():
+    res = parse_all_ways('[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Paris"}',
+                         dialect="mistral", start="content")
+    assert [(c.id, c.arguments) for c in res.tool_calls] == [("a1B2c3D4e", {"city": "Paris"})]
+
+
+@pytest.mark.parametrize("index", [0, 7, 10, 123])
+def test_ids_prism_makes_are_nine_alphanumerics_and_distinct(index):
+    ids = {mistral.FAMILY.call_id(p, i) for p in ("a1b2c3d4", "", "0000") for i in (index, 1)}
+    assert all(len(i) == 9 and i.isalnum() for i in ids)
+    assert mistral.FAMILY.call_id("a1b2c3d4", index) != mistral.FAMILY.call_id("a1b2c3d4", 1) \
+        or index == 1
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/templates (the real templates)")
+@pytest.mark.parametrize("template", ["mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                                      "Mistral-Small-3.2-24B-Instruct-2506.jinja"])
+def test_a_call_prism_read_renders_back_in_mistrals_own_template(template):
+    """Nemo and Small 3.2 raise "Tool call IDs should be alphanumeric strings with length 9!"
+    for any other id: an agent's second request was a 400."""
+    res = parse_all_ways('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', dialect="mistral",
+                         start="content")
+    call = res.tool_calls[0]
+    tpl = ChatTemplate((SHARED / template).read_text("utf-8"), bos_token="<s>",
+                       eos_token="</s>", dialect="mistral")
+    messages = [Message("user", "Weather in Paris?"),
+                Message("assistant", "", tool_calls=({"id": call.id, "type": "function",
+                                                      "function": {"name": call.name,
+                                                                   "arguments": call.arguments}},)),
+                Message("tool", '{"temp": 21}', tool_call_id=call.id)]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    prompt = tpl.render(messages, tools=tools)
+    assert call.id in prompt and "get_weather" in prompt
