@@ -45,7 +45,7 @@ from engine.parse import families as dialects
 from engine.parse.events import CONTENT, MARKUP, REASONING, Event
 from engine.parse.families import qwen_xml
 from engine.parse.families.common import FULL, PREFIX, match_literal, tool_schemas
-from engine.parse.parser_calls import CallStates
+from engine.parse.parser_calls import CallStates, default_call_id
 from engine.parse.parser_tags import Tag, TagStates
 from engine.parse.quoting import Quoting
 
@@ -93,6 +93,9 @@ class OutputParser(CallStates, TagStates):
         # then a call to any tool is `unknown_tool`. False when nothing is known (prism parse).
         self._tools_declared = tools_declared
         self._prefix = secrets.token_hex(4) if id_prefix is None else id_prefix
+        fam = dialects.get(dialect)
+        self._id_form = (fam.call_id if fam is not None and fam.call_id is not None
+                         else default_call_id)  # the form of the ids this parser makes
         self._out: list[Event] = []
         self._plain = False  # the fast path of feed() applies (see feed)
         self._chan = start

@@ -11,7 +11,6 @@ parser that owns it; no state of its own beyond the parser's fields.
 
 from __future__ import annotations
 
-from engine.parse import families
 from engine.parse.events import (
     ANOMALY,
     CONTENT,
@@ -31,6 +30,11 @@ from engine.parse.markers import CALL_OPEN
 
 _WINDOW = 4096  # a call body is fed in windows so a huge chunk is never copied per call
 NO_CALL_OPEN = "no <tool_call>"  # the repair of a bare `<function=` call (repaired_call's text)
+
+
+def default_call_id(prefix: str, index: int) -> str:
+    """The id of a call the model wrote without one, where the family names no form."""
+    return f"call_{prefix}{index}"
 
 
 class CallStates:
@@ -92,13 +96,7 @@ class CallStates:
     def _call_id(self) -> str:
         # The model's own id where its format carries one (the reader sets `call_id` before
         # the call's first event), else one in the form the family's template accepts.
-        own = getattr(self._call, "call_id", None)
-        if own:
-            return own
-        fam = families.get(self.dialect)
-        if fam is not None and fam.call_id is not None:
-            return fam.call_id(self._prefix, self._call_index)
-        return f"call_{self._prefix}{self._call_index}"
+        return self._call.call_id or self._id_form(self._prefix, self._call_index)
 
     def _rest(self, rel: int, s: str, k: int, abs_k: int):
         """The input after body offset `rel`, as (text, index, abs) for the next state."""
