@@ -51,13 +51,9 @@ _PROB_SHADES = (  # p < .1, < .3, < .6, < .9, >= .9 : red to green, two tones ea
     ("#284236", "#2f4d3f"),
 )
 _CALL_KINDS = (TOOL_START, TOOL_ARGS, TOOL_CALL)
-# Whole tags of the XML-like families, whose openers carry a name (`<invoke name="f">`): the
-# family's special tokens alone would leave them half coloured. Their quoted attribute values
-# (the call's name, a parameter's key) stay in the call colour, as in the tools pane.
-_TAG_FORMS = {
-    "dsml": (r"</?｜DSML｜[A-Za-z_]+[^<>\n]*>",),
-    "minimax-xml": (r"</?(?:invoke|parameter)\b[^<>\n]*>",),
-}
+# Whole tags of the XML-like families (their records' `tag_forms`) are drawn whole; their
+# quoted attribute values (the call's name, a parameter's key) stay in the call colour, as in
+# the tools pane.
 _VALUE = re.compile(r'="([^"]*)"')
 _LOOKBACK = 256  # a tag split over two call events is found when the second one is drawn
 
@@ -72,9 +68,9 @@ def call_tags(dialect: str) -> re.Pattern | None:
         return None
     marks = fam.markers
     literals = {*tokens, *marks.calls} - {*marks.body_openers}
-    literals = {t for t in literals if t.strip() and t != "｜DSML｜"}  # a fragment, not a tag
-    alts = [*_TAG_FORMS.get(dialect, ()), *map(re.escape, sorted(literals, key=len,
-                                                                    reverse=True))]
+    # Tags open with `<` or `[`; a preserved fragment of one (DSML's `｜DSML｜`) is not a tag.
+    literals = {t for t in literals if t.strip() and t[0] in "<["}
+    alts = [*fam.tag_forms, *map(re.escape, sorted(literals, key=len, reverse=True))]
     return re.compile("|".join(alts))
 
 

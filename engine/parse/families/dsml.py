@@ -97,5 +97,6 @@ FAMILY = register(Family(
                   calls_close=SECTION_END),
     detect=("｜DSML｜",), supersedes=("deepseek",), stops=("<｜end▁of▁sentence｜>",),
     preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="dsml",
+    tag_forms=(r"</?｜DSML｜[A-Za-z_]+[^<>\n]*>",),
     grammar=CallGrammar(_grammar_call, open=SECTION + "\n", close=SECTION_END),
 ))

@@ -86,5 +86,6 @@ FAMILY = register(Family(
                   calls_close=SECTION_END),
     detect=(SECTION, "]~b]"), stops=("[e~[",), preserved_tokens=PRESERVED_TOKENS,
     thinking=True, pack="minimax-xml",
+    tag_forms=(r"</?(?:invoke|parameter)\b[^<>\n]*>",),
     grammar=CallGrammar(_grammar_call, open=SECTION + "\n", close=SECTION_END),
 ))

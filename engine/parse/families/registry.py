@@ -121,6 +121,8 @@ class Family:
         prefix and the call's index, in the form the family's template accepts when the call
         comes back in the history (None: `call_PREFIXINDEX`). A call that carries the model's
         own id (Kimi's `functions.NAME:IDX`, Mistral's `[CALL_ID]`) keeps it.
+    tag_forms: regular expressions of its whole tags that carry a name (`<invoke name="f">`),
+        for the raw view, whose special tokens alone would leave them half coloured.
     """
 
     name: str
@@ -140,6 +142,7 @@ class Family:
     supersedes: tuple[str, ...] = ()
     fallback: bool = False
     call_id: Callable[[str, int], str] | None = None
+    tag_forms: tuple[str, ...] = ()
     module: str = field(default="", compare=False)
 
     @property
