@@ -4,9 +4,12 @@ Owns `add_arguments` (the upstream flags, shared by `gui` and `serve`) and `buil
 which starts an `UpstreamEngine` (engine/backends/upstream/engine.py), waits briefly for its first
 answer, and picks the chat template Prism renders with: `--template FILE`, else the `--pack`'s,
 else the one the upstream publishes (llama.cpp's server and Prism give it in `GET /props`), the
-tool-call dialect and the thinking default detected from it as for a GGUF. With `--tap` no template
-is needed (requests are forwarded as they are), only a dialect to re-read the upstream's output.
-Runs on the main thread at start-up.
+tool-call dialect and the thinking default detected from it as for a GGUF. The template's
+`bos_token` / `eos_token` are `--bos-token` / `--eos-token`, else the pack's own (with `--pack`),
+else what `/props` reports (llama.cpp's server and Prism do; llama-cpp-python's server does not,
+and a template that writes them is then warned about). With `--tap` no template is needed
+(requests are forwarded as they are), only a dialect to re-read the upstream's output. Runs on
+the main thread at start-up.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from app.preflight import check_template
 from engine.backends.base import Engine
 from engine.backends.upstream.engine import UpstreamEngine
+from engine.backends.upstream.wire import UpstreamInfo
 from engine.chat.detect import preserved_tokens
 from engine.chat.packs import Pack, PackError, pack_from_template, resolve_pack
 
@@ -43,12 +47,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--template", type=Path, metavar="FILE",
                    help="render with this Jinja chat template (with --upstream: instead of the "
                    "pack's or the upstream's own)")
+    g.add_argument("--bos-token", metavar="TEXT",
+                   help="with --upstream: the text the template's bos_token stands for (default: "
+                   "the pack's, else the upstream's /props: llama.cpp's server reports it)")
+    g.add_argument("--eos-token", metavar="TEXT",
+                   help="with --upstream: the text the template's eos_token stands for (default: "
+                   "as for --bos-token)")
     g.add_argument("--tap", action="store_true",
                    help="with --upstream: forward chat, messages and responses requests "
                    "unchanged and record the upstream's own parsing (see README)")
 
 
+def special_tokens(args: argparse.Namespace, info: UpstreamInfo,
+                   pack: Pack | None = None) -> tuple[str, str]:
+    """BOS and EOS text for the template: the flag, else the pack's own, else /props'."""
+    def pick(flag: str, own: str, published: str) -> str:
+        given = getattr(args, flag, None)  # absent from callers that build their own Namespace
+        return given if given is not None else (own or published)
+
+    own_bos, own_eos = (pack.bos_token, pack.eos_token) if pack is not None else ("", "")
+    return (pick("bos_token", own_bos, info.bos_token),
+            pick("eos_token", own_eos, info.eos_token))
+
+
+def _with_tokens(pack: Pack, bos: str, eos: str) -> Pack:
+    stop = pack.stop + ((eos,) if eos and eos not in pack.stop else ())
+    return replace(pack, bos_token=bos, eos_token=eos, stop=stop)
+
+
+def _warn_missing_tokens(pack: Pack, base: str) -> None:
+    for var, text, flag in (("bos_token", pack.bos_token, "--bos-token"),
+                            ("eos_token", pack.eos_token, "--eos-token")):
+        if not text and var in pack.template + pack.tool_template:
+            log.warning("[prism] the chat template (%s) writes %s, but %s reports none in /props, "
+                        "so it renders as nothing: pass %s TEXT", pack.template_origin, var,
+                        base, flag)
+
+
 def upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
+    pack = _upstream_pack(args, engine)
+    _warn_missing_tokens(pack, engine.base)
+    return pack
+
+
+def _upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
     info, name = engine.info, engine.name
     template = None
     if args.template is not None:
@@ -62,13 +104,16 @@ def upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
             pack = replace(resolve_pack(args.pack, require_model=False, dialect=dialect),
                            gguf=None)
             if template is not None:
-                pack = replace(pack, template=template, template_origin=str(args.template))
-            return check_template(pack)
+                pack = replace(pack, template=template, template_origin=str(args.template),
+                               tool_template="")
+            return check_template(_with_tokens(pack, *special_tokens(args, info, pack)))
+        bos, eos = special_tokens(args, info)
         if template is not None:
-            pack = pack_from_template(name, template, str(args.template))
+            pack = pack_from_template(name, template, str(args.template), bos_token=bos,
+                                      eos_token=eos)
         elif info.chat_template:
             pack = pack_from_template(name, info.chat_template, f"GET {engine.root}/props",
-                                      bos_token=info.bos_token, eos_token=info.eos_token)
+                                      bos_token=bos, eos_token=eos)
         elif args.tap:  # nothing to render; the re-reading takes either call syntax
             pack = Pack(name=name, gguf=None, template="", dialect="auto",
                         template_origin="none (--tap forwards requests as they are)")

@@ -210,7 +210,8 @@ class Service:
         self.engine = engine
         self.pack = pack
         self.template = ChatTemplate(pack.template, bos_token=pack.bos_token,
-                                     eos_token=pack.eos_token, dialect=pack.dialect)
+                                     eos_token=pack.eos_token, dialect=pack.dialect,
+                                     tool_source=pack.tool_template)
         self.metrics = metrics
         self.recorder = recorder
         self.escape_special = False  # --escape-special: message content tokenized as text

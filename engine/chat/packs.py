@@ -25,7 +25,7 @@ from typing import Any
 
 from engine.chat import detect as families
 from engine.chat.detect import UNKNOWN
-from engine.chat.template import ChatTemplate
+from engine.chat.template import ChatTemplate, TemplateError
 from engine.gguf import GGUFError
 from engine.gguf import read_gguf_metadata as _read_gguf
 from engine.parse import families as dialects
@@ -44,6 +44,9 @@ ARCH_TEMPLATES = {"qwen2": "qwen3_hermes", "qwen3": "qwen3_hermes", "qwen3moe": 
                   "gemma4": "gemma4"}
 # End-of-turn markers worth stopping on when a template uses them.
 TURN_ENDS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+# The GGUF key of a model's second, named template for requests that declare tools (llama.cpp's
+# `llama_model_chat_template(model, "tool_use")`; the Hermes 2 Pro and Command R GGUFs carry it).
+TOOL_USE_KEY = "tokenizer.chat_template.tool_use"
 
 
 def read_gguf_metadata(path: str | Path, arrays: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -77,6 +80,9 @@ class Pack:
     stop: tuple[str, ...] = ()
     template_origin: str = ""
     dialect_origin: str = ""  # why this dialect: the pack, --dialect, or the template's marker
+    # The GGUF's `tokenizer.chat_template.tool_use`: renders the requests that declare tools
+    # (as llama.cpp does); "" when the model has none, or when another template replaced its own.
+    tool_template: str = ""
 
     @property
     def format_unknown(self) -> bool:
@@ -86,7 +92,7 @@ class Pack:
 
     def chat_template(self) -> ChatTemplate:
         return ChatTemplate(self.template, bos_token=self.bos_token, eos_token=self.eos_token,
-                            dialect=self.dialect)
+                            dialect=self.dialect, tool_source=self.tool_template)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,28 +166,55 @@ def _stops(template: str, eos: str) -> tuple[str, ...]:
     return tuple(found + ([eos] if eos and eos not in found else []))
 
 
+def _tool_use_template(meta: dict[str, Any], default: str, origin: str) -> str:
+    """The GGUF's `tool_use` template when it has one that differs from `default` and compiles
+    ("" otherwise). One that does not compile is left out with a warning, as llama.cpp does."""
+    tool = meta.get(TOOL_USE_KEY)
+    if not isinstance(tool, str) or not tool.strip() or tool == default:
+        return ""
+    try:
+        ChatTemplate(tool)
+    except TemplateError as exc:
+        log.warning("[prism] %s: the tool_use chat template does not compile, so requests "
+                    "with tools render with the default one: %s", origin, exc)
+        return ""
+    log.info("[prism] %s has a tool_use chat template: requests that declare tools render "
+             "with it", origin)
+    return tool
+
+
 def pack_from_gguf(path: str | Path) -> Pack:
-    """A pack for any GGUF: its own template, else one chosen by architecture (ChatML at
-    worst); dialect and thinking guessed from the template text."""
+    """A pack for any GGUF: its own template, else its `tool_use` template, else one chosen by
+    architecture (ChatML at worst); dialect and thinking guessed from the template text (the
+    `tool_use` one's when there is one: that is where the model's calls are written). A GGUF
+    with both renders requests that declare tools with the `tool_use` one."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise PackError(f"model file not found: {path}")
     meta = read_gguf_metadata(path, arrays=("tokenizer.ggml.tokens",))
     arch = str(meta.get("general.architecture", ""))
     template = meta.get("tokenizer.chat_template")
+    tool_template = ""
     if isinstance(template, str) and template.strip():
         origin = f"GGUF metadata of {path.name}"
+        tool_template = _tool_use_template(meta, template, origin)
+    elif isinstance(meta.get(TOOL_USE_KEY), str) and meta[TOOL_USE_KEY].strip():
+        # llama.cpp's choice too: the tool_use template is the default when it is the only one.
+        template, origin = meta[TOOL_USE_KEY], f"GGUF metadata of {path.name} ({TOOL_USE_KEY})"
     else:
         stem = ARCH_TEMPLATES.get(arch, "chatml")
         template, origin = _template_file(stem), f"resources/templates/{stem}.jinja"
     bos, eos = _special_tokens(meta)
-    found = _detected(template, origin)
+    found = _detected(tool_template or template, origin)
+    stop = _stops(template, eos)
+    if tool_template:
+        stop += tuple(t for t in _stops(tool_template, eos) if t not in stop)
     return Pack(
         name=str(meta.get("general.name") or path.stem), gguf=path, template=template,
         dialect=found["dialect"], thinking=found["thinking"],
         description=f"{arch or 'unknown'} model from {path}", bos_token=bos, eos_token=eos,
-        stop=_stops(template, eos), template_origin=origin,
-        dialect_origin=found["dialect_origin"],
+        stop=stop, template_origin=origin,
+        dialect_origin=found["dialect_origin"], tool_template=tool_template,
     )
 
 
@@ -290,6 +323,7 @@ def _spec_gguf(spec: PackSpec) -> Path | None:
 def _build(spec: PackSpec, gguf: Path | None) -> Pack:
     template, origin = _template_file(spec.template.removesuffix(".jinja")), spec.template
     bos, eos = spec.bos_token, spec.eos_token
+    tool_template = ""
     if gguf is not None:
         tokens = ("tokenizer.ggml.tokens",) if spec.template_from_gguf else ()
         try:
@@ -299,13 +333,14 @@ def _build(spec: PackSpec, gguf: Path | None) -> Pack:
         own = meta.get("tokenizer.chat_template")
         if spec.template_from_gguf and isinstance(own, str) and own.strip():
             template, origin = own, f"GGUF metadata of {gguf.name}"
+            tool_template = _tool_use_template(meta, own, origin)
             own_bos, own_eos = _special_tokens(meta)
             bos, eos = own_bos or bos, own_eos or eos
     return Pack(
         name=spec.name, gguf=gguf, template=template, dialect=spec.dialect,
         thinking=spec.thinking, description=spec.description, bos_token=bos,
         eos_token=eos, stop=spec.stop, template_origin=origin,
-        dialect_origin=f"pack {spec.name}",
+        dialect_origin=f"pack {spec.name}", tool_template=tool_template,
     )
 
 
@@ -338,7 +373,7 @@ def pack_from_dir(path: str | Path) -> Pack:
         pack = replace(
             pack, template=template, dialect=found["dialect"], thinking=found["thinking"],
             stop=_stops(template, pack.eos_token), template_origin=str(template_file),
-            dialect_origin=found["dialect_origin"],
+            dialect_origin=found["dialect_origin"], tool_template="",
         )
     pack = replace(pack, name=folder.name)
     toml = folder / "pack.toml"

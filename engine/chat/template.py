@@ -8,10 +8,25 @@ server, the GUI thread for the compose box). A compiled `ChatTemplate` is immuta
 shared between threads.
 
 Rendering follows transformers' `apply_chat_template` on purpose, so a template behaves here as
-it does on the Hub: `ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`, the
-`loopcontrols` extension, transformers' `tojson` (no HTML escaping, non-ASCII kept), the
-`raise_exception` and `strftime_now` globals, `tools=None` when there are none, and the special
-tokens passed as variables. tests/engine/chat/golden/chat_golden.json pins that byte for byte.
+it does on the Hub: a sandbox (`trim_blocks`, `lstrip_blocks`), the `loopcontrols` extension,
+transformers' `tojson` (no HTML escaping, non-ASCII kept), the `raise_exception` and
+`strftime_now` globals, `tools=None` when there are none, and the special tokens passed as
+variables. tests/engine/chat/golden/chat_golden.json pins that byte for byte.
+
+Where transformers refuses a template that llama.cpp runs, Prism runs it as llama.cpp does
+(issue 19, item 5; tests/engine/chat/test_template_compat.py, against the real templates):
+- The sandbox is transformers' immutable one, except that `append` and `pop` work on the lists
+  the template itself builds (Kimi K2 queues its tool-call ids in a `namespace(ids=[])`). What
+  the template is given (messages, tools, variables) is passed as read-only copies, so it can
+  still change nothing of the caller's (`_Sandbox`, `_freeze`).
+- `tojson` lists any other iterable it meets (`tools | map(attribute='function') | tojson`).
+- A template that fails on decoded tool-call arguments but renders them as a JSON string
+  (Functionary v3.2 concatenates them) is given them as that string, as an OpenAI client sends
+  them (`json.dumps`, non-ASCII kept).
+- A first system message, for a template that raises on the system role (Gemma 2), is merged
+  into the first user turn: system text, "\n", user text, as llama.cpp's chat.cpp does.
+- `tool_source`: a second template (a GGUF's `tokenizer.chat_template.tool_use`) that renders
+  the requests that declare tools, as llama.cpp picks it.
 
 Shortcut taken on purpose: unlike transformers, an attribute the sandbox refuses (`__class__`)
 fails the render instead of printing as an empty string; an inspector should say so loudly.
@@ -21,21 +36,28 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import MAX_RANGE, SandboxedEnvironment, SecurityError, modifies_known_mutable
 
 from engine.chat import detect as families
 from engine.chat.request import Message
 from engine.parse import families as dialects
 from engine.parse.families.common import FULL, skip_ws
 from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN
+
+log = logging.getLogger("prism")
+# What joins a merged system message to the first user turn: llama.cpp's common/chat.cpp
+# (`workaround::system_message_not_supported`) and minja's system polyfill both use one newline.
+SYSTEM_JOIN = "\n"
 
 
 class TemplateError(Exception):
@@ -47,10 +69,21 @@ class _Raised(jinja2.TemplateError):
     """What `raise_exception(...)` throws inside a template, told apart from jinja's own."""
 
 
+def _listed(x: Any) -> list:
+    """json.dumps' fallback: an iterable that is no string or mapping (a `map`/`select`
+    generator, a set) is written as a list; anything else stays an error, as in transformers."""
+    if isinstance(x, Iterable) and not isinstance(x, (str, bytes, Mapping, jinja2.Undefined)):
+        return list(x)
+    raise TypeError(f"Object of type {type(x).__name__} is not JSON serializable")
+
+
 def _tojson(x: Any, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
     # transformers replaces jinja's tojson, which HTML-escapes `<>&'` and would change prompts.
+    # Unlike transformers', it takes a generator (`tools | map(attribute='function') | tojson`,
+    # llama.cpp's DeepSeek R1 template), as llama.cpp's jinja does.
     return json.dumps(
-        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+        default=_listed,
     )
 
 
@@ -131,8 +164,74 @@ class _Dict:
         return dict.fromkeys(*args, **kwargs)
 
 
-def _make_env() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+# The mutators a template may call on a list it built itself: all that the 71 templates of
+# llama.cpp's library call (Kimi K2's `ids.append(...)` and `ids.pop(0)`); none on dicts.
+_OWN_MUTATORS: dict[type, frozenset[str]] = {list: frozenset({"append", "pop"})}
+
+
+def _own_mutator(obj: Any, attr: str) -> bool:
+    """`obj.attr` is a mutator allowed on `obj`: a plain `list` (exactly that type: what the
+    template gets from outside is a `_ReadOnlyList`), and one of `_OWN_MUTATORS`."""
+    allowed = _OWN_MUTATORS.get(type(obj))
+    return allowed is not None and attr in allowed
+
+
+class _Sandbox(SandboxedEnvironment):
+    """ImmutableSandboxedEnvironment, except for `_OWN_MUTATORS` on the template's own lists.
+    Everything SandboxedEnvironment refuses (underscore and internal attributes, `str.format`
+    escapes, unsafe callables) stays refused; so do all other mutators (sets, dicts, deques,
+    `sort` with a key function) and every mutator on what the template was given."""
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if not super().is_safe_attribute(obj, attr, value):
+            return False
+        return not modifies_known_mutable(obj, attr) or _own_mutator(obj, attr)
+
+    def is_safe_callable(self, obj: Any) -> bool:
+        # The same rule on the bound method itself, however the template came by it.
+        owner = getattr(obj, "__self__", None)
+        name = getattr(obj, "__name__", None)
+        if (owner is not None and isinstance(name, str) and modifies_known_mutable(owner, name)
+                and not _own_mutator(owner, name)):
+            return False
+        return super().is_safe_callable(obj)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        # A list a template grows is capped as `range` is (MAX_RANGE): appending to the list a
+        # loop walks would otherwise never end.
+        owner = getattr(__obj, "__self__", None)
+        if (type(owner) is list and getattr(__obj, "__name__", None) == "append"
+                and len(owner) >= MAX_RANGE):
+            raise SecurityError(f"a template's list may not grow past {MAX_RANGE} items")
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+class _ReadOnlyList(list):
+    """A list the template was given: the sandbox lets it call no mutator on it."""
+
+    __slots__ = ()
+
+
+class _ReadOnlyDict(dict):
+    """A dict the template was given: the sandbox lets it call no mutator on it."""
+
+    __slots__ = ()
+
+
+def _freeze(x: Any) -> Any:
+    """A copy of template input whose lists and dicts are read-only to the sandbox (slicing or
+    `| list` gives the template plain copies, which it may then change)."""
+    if isinstance(x, dict):
+        return _ReadOnlyDict({k: _freeze(v) for k, v in x.items()})
+    if isinstance(x, list):
+        return _ReadOnlyList(_freeze(v) for v in x)
+    if isinstance(x, tuple):
+        return tuple(_freeze(v) for v in x)
+    return x
+
+
+def _make_env() -> _Sandbox:
+    env = _Sandbox(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[loopcontrols, _GenerationTag],
@@ -153,10 +252,14 @@ _ENV = _make_env()
 
 class ChatTemplate:
     """A compiled chat template. `render` repairs the history (see `repair_history`), then
-    renders it the way transformers' `apply_chat_template(tokenize=False)` does."""
+    renders it the way transformers' `apply_chat_template(tokenize=False)` does.
+
+    `tool_source`: the template for requests that declare tools, when the model has one apart
+    (a GGUF's `tokenizer.chat_template.tool_use`: Hermes 2 Pro, Command R); llama.cpp renders
+    those requests with it, and so does `render`."""
 
     def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "",
-                 dialect: str = "auto") -> None:
+                 dialect: str = "auto", tool_source: str = "") -> None:
         self.source = source
         self.dialect = dialect  # whose calls history repair looks for
         self.bos_token = bos_token
@@ -165,6 +268,9 @@ class ChatTemplate:
             self._template = _ENV.from_string(source)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc}") from exc
+        self.tool_use = (ChatTemplate(tool_source, bos_token=bos_token, eos_token=eos_token,
+                                      dialect=dialect)
+                         if tool_source.strip() and tool_source != source else None)
 
     def render(
         self,
@@ -186,6 +292,10 @@ class ChatTemplate:
         prompt ends where the text ends (inside `<think>` when the prefill left it open). A
         final turn with no text (or only reasoning the template does not show) is dropped
         and a generation prompt added instead."""
+        if tools and self.tool_use is not None:
+            return self.tool_use.render(
+                messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                enable_thinking=enable_thinking, extra=extra, continue_final=continue_final)
         variables: dict[str, Any] = {
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
@@ -193,10 +303,11 @@ class ChatTemplate:
         }
         if enable_thinking is not None:
             variables["enable_thinking"] = enable_thinking
-        # transformers passes tools=None, not [], when a request has none; templates such as
-        # Llama 3.1's test `tools is not none`, so the difference shows in the prompt.
+        # transformers passes tools=None, not [], when a request has none (and `documents=None`
+        # always): the variable is defined either way, so `tools is defined` holds and
+        # `tools is not none` tells them apart, as in transformers (Llama 3.x, Mistral, Granite).
         tool_list = [dict(t) for t in tools] or None
-        messages = repair_history(messages, self.dialect)
+        messages = self._merge_system(repair_history(messages, self.dialect))
         if not continue_final or not messages or messages[-1].role != "assistant":
             return self._render(messages, tool_list, add_generation_prompt, variables)
         final = messages[-1]
@@ -209,13 +320,24 @@ class ChatTemplate:
 
     def _render(self, messages: Sequence[Message], tools: list[dict] | None,
                 add_generation_prompt: bool, variables: dict[str, Any]) -> str:
+        as_string = (any(_has_object_arguments(m) for m in messages)
+                     and self.string_arguments)
+        if as_string:
+            _log_once(self.source, "gives this chat template tool-call arguments as JSON "
+                      "strings: it cannot render them decoded (Functionary v3.2 adds them to "
+                      "text)")
+        return self._render_dicts([_template_message(m, as_string) for m in messages], tools,
+                                  add_generation_prompt, variables)
+
+    def _render_dicts(self, messages: list[dict], tools: list[dict] | None,
+                      add_generation_prompt: bool, variables: dict[str, Any]) -> str:
         try:
             return self._template.render(
-                messages=[_template_message(m) for m in messages],
-                tools=tools,
+                messages=_freeze(messages),
+                tools=_freeze(tools),
                 documents=None,
                 add_generation_prompt=add_generation_prompt,
-                **variables,
+                **_freeze(variables),
             )
         except SecurityError as exc:
             raise TemplateError(f"chat template tried to leave the sandbox: {exc}") from exc
@@ -225,6 +347,58 @@ class ChatTemplate:
             raise TemplateError(f"chat template failed: {exc}") from exc
         except Exception as exc:  # a template can raise anything its expressions can (TypeError…)
             raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+
+    def _probe(self, messages: list[dict], tools: list[dict] | None = None) -> str | None:
+        """The template's rendering of a made-up conversation, None when it raises."""
+        variables = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+        try:
+            return self._render_dicts(messages, tools, True, variables)
+        except TemplateError:
+            return None
+
+    @functools.cached_property
+    def refuses_system(self) -> bool:
+        """Whether the template raises on a first system message that it renders without
+        (Gemma 2: "System role not supported"). Probed once."""
+        user = {"role": "user", "content": "prism probe"}
+        system = {"role": "system", "content": "prism probe system"}
+        return self._probe([user]) is not None and self._probe([system, user]) is None
+
+    def _merge_system(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        """A first system message, for a template that refuses the role, merged into the first
+        user turn as llama.cpp does (text, SYSTEM_JOIN, user text), else made a user turn of
+        its own (minja's polyfill: the next turn is no user's, or there is none)."""
+        if not messages or messages[0].role != "system" or not self.refuses_system:
+            return messages
+        _log_once(self.source, "merges the first system message into the first user turn: "
+                  "this chat template refuses the system role")
+        system, rest = messages[0], messages[1:]
+        if rest and rest[0].role == "user":
+            user = rest[0]
+            content = system.content + (SYSTEM_JOIN + user.content if user.content else "")
+            return (dataclasses.replace(user, content=content), *rest[1:])
+        return (Message("user", system.content), *rest)
+
+    @functools.cached_property
+    def string_arguments(self) -> bool:
+        """Whether the template fails on tool-call arguments given decoded (a dict, as Prism
+        keeps them) but renders them given as the JSON string OpenAI clients send: Functionary
+        v3.2 writes `'\n' + arguments`. Probed once."""
+        def chat(arguments: Any) -> list[dict]:
+            call = {"id": "call_prism_probe", "type": "function",
+                    "function": {"name": "prism_probe_tool", "arguments": arguments}}
+            return [{"role": "user", "content": "prism probe"},
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "content": "prism probe result",
+                     "tool_call_id": "call_prism_probe", "name": "prism_probe_tool"}]
+        tools = [{"type": "function", "function": {
+            "name": "prism_probe_tool", "description": "probe",
+            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
+        as_text = json.dumps({"x": 1})
+        if self._probe(chat({"x": 1}), tools) is not None:
+            return False
+        rendered = self._probe(chat(as_text), tools)
+        return rendered is not None and as_text in rendered
 
     @functools.cached_property
     def renders_tools(self) -> bool:
@@ -241,6 +415,22 @@ class ChatTemplate:
             return True  # a template that cannot render this probe: do not claim anything
 
 
+_LOGGED: set[tuple[str, str]] = set()
+
+
+def _log_once(source: str, what: str) -> None:
+    """An INFO line, once per template text and adaptation, however many renders need it."""
+    key = (hashlib.sha256(source.encode()).hexdigest(), what)
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        log.info("[prism] Prism %s", what)
+
+
+def _has_object_arguments(message: Message) -> bool:
+    return any(isinstance((c.get("function") or {}).get("arguments"), dict)
+               for c in message.tool_calls)
+
+
 def _cut_after(rendered: str, text: str) -> str:
     """The rendered prompt cut right after the final turn's `text` (templates may strip its
     leading or trailing whitespace, so the stripped text is looked for, last occurrence)."""
@@ -254,12 +444,24 @@ def _cut_after(rendered: str, text: str) -> str:
     return rendered[: at + len(text.strip())]
 
 
-def _template_message(message: Message) -> dict[str, Any]:
+def _template_message(message: Message, string_arguments: bool = False) -> dict[str, Any]:
     d = message.to_template()
+    if string_arguments and message.tool_calls:
+        d["tool_calls"] = [_string_call(c) for c in d["tool_calls"]]
     if message.reasoning_content is not None:
         # transformers (5.x) also offers the reasoning as `thinking`, the name gpt-oss reads.
         d = {"thinking": message.reasoning_content, **d}
     return d
+
+
+def _string_call(call: dict) -> dict:
+    """A tool call with its decoded arguments written back as the JSON text an OpenAI client
+    sends (`json.dumps`, non-ASCII kept); calls whose arguments are text already are kept."""
+    function = call.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), dict):
+        return call
+    text = json.dumps(function["arguments"], ensure_ascii=False)
+    return {**call, "function": {**function, "arguments": text}}
 
 
 def start_state(prompt: str) -> str:
