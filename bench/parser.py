@@ -17,6 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.parse import families as registry
+from engine.parse.events import ToolCall
 from engine.parse.parser import OutputParser
 
 TOOLS = [
@@ -184,6 +186,33 @@ AFTER_CLOSER = {
     "gemma4": "<|tool_call>call:run{cmd:1}",
     "llama3-json": '{"name": "run", "parameters": {"cmd": "ls"}}',
 }
+
+
+# Every other family: its output written by its own writer (its record, engine/parse/families):
+# reasoning in the first turn, answer text with fenced code quoting the family's call opener,
+# and a call every other turn; the worst cases cut from a written call.
+_MARK = "\x00"
+
+
+def _written(name: str):
+    writer = registry.get(name).writer
+    opener = (registry.get(name).markers.calls or ("<tool_call>",))[0]
+    args = {"cmd": "ls -la /tmp && echo done", "timeout": 30}
+
+    def turn(rng: random.Random, i: int) -> str:
+        text = _prose(rng, 4) + f"\n\n```python\nprint('{opener}')\n```\n\n"
+        calls = [ToolCall(f"call_{i}", "run", args, 0)] if i % 2 else []
+        return writer.write(_prose(rng, 6) if i == 1 else None, text, calls) + "\n"
+    return turn
+
+
+for _fam in registry.REGISTRY.values():
+    if _fam.name not in ("qwen-xml", "hermes-json") and _fam.name not in FAMILIES:
+        FAMILIES[_fam.name] = ("content", _written(_fam.name))
+        _call = _fam.writer.write_call(ToolCall("call_0", "run", {"cmd": _MARK}, 0))
+        LONG_BODY.setdefault(_fam.name, _call.split(_MARK)[0])
+        AFTER_CLOSER.setdefault(_fam.name, _fam.writer.write_call(
+            ToolCall("call_0", "run", {"cmd": "ls"}, 0)))
 
 
 def worst_cases(family: str, size: int) -> None:
