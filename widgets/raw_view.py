@@ -64,7 +64,7 @@ def call_tags(dialect: str) -> re.Pattern | None:
     whole tags); None for `auto` and the `<tool_call>` dialects, which list none."""
     fam = dialects.get(dialect)
     tokens = fam.preserved_tokens if fam is not None else ()
-    if not tokens:
+    if not tokens and not (fam is not None and fam.tag_forms):  # Command R+: tag_forms only
         return None
     marks = fam.markers
     literals = {*tokens, *marks.calls} - {*marks.body_openers}

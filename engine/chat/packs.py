@@ -42,8 +42,10 @@ ARCH_TEMPLATES = {"qwen2": "qwen3_hermes", "qwen3": "qwen3_hermes", "qwen3moe": 
                   "gemma3": "gemma3", "gemma3_text": "gemma3", "llama": "chatml",
                   "gpt-oss": "harmony", "glm4moe": "glm", "minimax-m2": "minimax_xml",
                   "gemma4": "gemma4"}
-# End-of-turn markers worth stopping on when a template uses them.
-TURN_ENDS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+# End-of-turn markers worth stopping on when a template uses them (Ling 3.0's `<|role_end|>`,
+# poolside Laguna's `</assistant>`: templates whose family, GLM, ends its turns otherwise).
+TURN_ENDS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|role_end|>",
+             "</assistant>")
 # The GGUF key of a model's second, named template for requests that declare tools (llama.cpp's
 # `llama_model_chat_template(model, "tool_use")`; the Hermes 2 Pro and Command R GGUFs carry it).
 TOOL_USE_KEY = "tokenizer.chat_template.tool_use"
@@ -161,8 +163,14 @@ def _template_file(stem: str) -> str:
 
 
 def _stops(template: str, eos: str) -> tuple[str, ...]:
-    own = families.family_stops(families.detect(template).dialect)
+    found_in = families.detect(template)
+    own = families.family_stops(found_in.dialect)
     found = [t for t in TURN_ENDS if t in template] if own is None else list(own)
+    if own is not None and not any(s in template for s in own):
+        # The family's stops are not this template's (Ling 3.0 and Laguna read as GLM): the
+        # end-of-turn marker it writes stops too, unless the family uses it inside a turn.
+        never = found_in.family.never_stops if found_in.family is not None else ()
+        found += [t for t in TURN_ENDS if t in template and t not in found and t not in never]
     return tuple(found + ([eos] if eos and eos not in found else []))
 
 

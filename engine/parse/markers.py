@@ -10,6 +10,7 @@ may read them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 THINK_OPEN = "<think>"
@@ -35,6 +36,27 @@ class Markers:
         the body reader gets them too.
     line_calls: call openers that count only at the start of a line, in the answer too (a bare
         JSON object mid-sentence is prose).
+    lead: tags a family writes at the very start of an answer it opens itself (MiniMax-M3's
+        `</mm:think>`, the prefix of a turn that does not think): there, after whitespace and
+        only in the answer, consumed as markup, never a stray closer; elsewhere they are what
+        they always are.
+    lead_ws: whitespace at the very start of the output belongs to the first tag, as the
+        newlines before a tag do (Muse Glimmer's ` to=NAME` continues the prompt's
+        `<|start|>assistant`): markup or call text with that tag, text only when none follows.
+    opened: a call opener the family's prompt ends with (Functionary v3.2's `>>>`): the very
+        start of the output is read as if it followed it, without its text (a call, or one of
+        the `markup` tags that begin with it, less that opener).
+    close_frames: where the closer also ends the family's answer messages (Solar Open's
+        `<|end|>`): in the answer it is a message end (markup) when one of these follows it
+        (after whitespace) or the output ends there, and a stray closer anywhere else.
+    inline_calls: call openers that end the reasoning mid-line too, not only at a line start
+        (special tokens a model writes only to call: Kimi K2's section); never when fenced.
+    frame: the family's reader of its own message headers, where no literal tag fits them
+        (Harmony's `<|channel|> final <|constrain|>json<|message|>`, Gemma 4's doubled
+        `<|channel><|channel>thought`): `frame(text, i, eof) -> (Match, end, channel)`, a
+        header at text[i:end] that opens `channel` ("reasoning" or "content"), FULL; PREFIX
+        while the text ends inside one; NONE. Tried before `markup`, in the reasoning too;
+        its headers begin with the first character of another of the family's tags.
     """
 
     think_open: str | None
@@ -44,6 +66,12 @@ class Markers:
     reopen: bool = False
     body_openers: tuple[str, ...] = ()
     line_calls: tuple[str, ...] = ()
+    lead: tuple[str, ...] = ()
+    lead_ws: bool = False
+    opened: str = ""
+    close_frames: tuple[str, ...] = ()
+    inline_calls: tuple[str, ...] = ()
+    frame: Callable[[str, int, bool], tuple[int, int, str]] | None = None
 
     def starts(self) -> str:
         """The first characters of every tag the scanner must stop at, once each."""

@@ -117,7 +117,7 @@ class OutputParser(CallStates, TagStates):
         self._pending = -1  # index in _buf of a tag `_tag` held back as undecided (-1: none)
         self._pending_set: frozenset[str] = frozenset()  # what may still follow it, undecided
         self._bare_calls = dialect in ("auto", qwen_xml.NAME)  # a bare `<function=` is a call
-        self._frames = bool(mk.markup or mk.reopen)  # the family has message-frame tags
+        self._frames = bool(mk.markup or mk.reopen or mk.frame)  # it has message-frame tags
         # call state
         self._call = None
         self._call_index = 0
@@ -245,6 +245,8 @@ class OutputParser(CallStates, TagStates):
             if self._at_start:
                 j = self._opening(buf, i, eof)
                 if j < 0:
+                    if j == -2:  # a call began where the prompt's opener left the model
+                        return self._handoff
                     break
                 i, chan = j, self._chan
                 continue
@@ -332,7 +334,9 @@ class OutputParser(CallStates, TagStates):
 
     def _opening(self, buf: str, i: int, eof: bool) -> int:
         """Before anything but whitespace: a `<think>` here is consumed and enters reasoning
-        (rule 1). Returns where the scan goes on, or -1 to hold the text back."""
+        (rule 1). Returns where the scan goes on, or -1 to hold the text back (-2: a call began
+        at the start of a family whose prompt wrote its opener, `Markers.opened`; `_handoff`
+        holds its body)."""
         c = buf[i]
         if c in " \t\r\n":
             return i + 1
@@ -350,6 +354,33 @@ class OutputParser(CallStates, TagStates):
                 self._eat_nl = True
                 self._reset_md(line_start=True)
                 return end
+        if self._mk.opened:  # the prompt ended with a call opener (Functionary v3.2's `>>>`)
+            act = self._opened_start(buf, i, eof)
+            if act is _HOLD:
+                return -1
+            if act is Tag.CALL:
+                return -2
+            if act is _TAG:
+                return self._emit_from
+        for tag in self._mk.lead if self._chan == CONTENT else ():
+            # The family's own start of an answer (Markers.lead: MiniMax-M3's `</mm:think>`).
+            if c == tag[0]:
+                m = match_literal(buf, i, tag)
+                if m == PREFIX and not eof:
+                    return -1
+                if m == FULL:
+                    end = i + len(tag)
+                    self._text(MARKUP, self._emit_from, end)
+                    self._emit_from = end
+                    self._at_start = False
+                    self._eat_nl = True
+                    self._reset_md(line_start=True)
+                    return end
         # No <think>: the held whitespace is ordinary text, examined from the start.
         self._at_start = False
+        if self._mk.lead_ws and i > self._emit_from:
+            # Markers.lead_ws: held as the newlines before a tag are, it goes with the tag
+            # that follows (markup or a call's text), or with the text when none does.
+            self._nl_from = self._emit_from
+            return i
         return self._emit_from

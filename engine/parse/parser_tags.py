@@ -61,13 +61,20 @@ class TagStates:
         mk = self._mk
         undecided = False
         close = mk.think_close
-        calls_on = not quoted and (chan == CONTENT or md.line_start)
+        calls_on = not quoted and (chan == CONTENT or md.line_start or bool(mk.inline_calls))
         bare_on = (calls_on and chan == CONTENT and md.line_start and not self._code_above
                    and self._bare_calls)
         close_on = close is not None and (chan == REASONING or not quoted)
         if close_on:
             m = match_literal(buf, i, close)
             if m == FULL:
+                if chan == CONTENT and mk.close_frames:  # a message end, or a stray closer?
+                    ends = self._ends_message(buf, i + len(close), eof)
+                    if ends is None:
+                        self._hold(i, (close_on, calls_on, bare_on, False))
+                        return _HOLD
+                    self._think_close(i, stray=not ends)
+                    return _TAG
                 self._think_close(i)
                 return _TAG
             undecided = m == PREFIX
@@ -75,6 +82,8 @@ class TagStates:
             for opener in mk.calls:
                 if opener in mk.line_calls and not md.line_start:
                     continue
+                if chan == REASONING and not md.line_start and opener not in mk.inline_calls:
+                    continue  # mid-line in the reasoning: only Markers.inline_calls count
                 m = match_literal(buf, i, opener)
                 if m == FULL:
                     j = skip_ws(buf, i + len(opener))
@@ -97,12 +106,36 @@ class TagStates:
                     self._handoff = self._open_call(i, qwen_xml.FAMILY, bare=True)
                     return _CALL
                 undecided = undecided or m == PREFIX
-        frame_on = not quoted and self._frames and (chan == CONTENT or mk.reopen)
+        frame_on = not quoted and self._frames and (
+            chan == CONTENT or mk.reopen or mk.frame is not None)
         if undecided and not eof:
             self._hold(i, (close_on, calls_on, bare_on, frame_on))
             return _HOLD
         if frame_on:
             return self._frame_tag(buf, i, eof, (close_on, calls_on, bare_on, frame_on))
+        return _TEXT
+
+    def _opened_start(self, buf: str, i: int, eof: bool) -> Tag:
+        """The output's first characters when the prompt ended with a call opener
+        (`Markers.opened`, Functionary v3.2's `>>>`): a call body there, or a markup tag that
+        begins with that opener, less it (`all\\n`, its answer), as if the opener preceded."""
+        mk = self._mk
+        self._at_start = False
+        found, mod = dialects.opener_family(self.dialect, buf, i)
+        if found == FULL:
+            self._handoff = self._open_call(i, mod, keep=True)
+            return _CALL
+        undecided = found == PREFIX
+        for tag in mk.markup:
+            if len(tag) > len(mk.opened) and tag.startswith(mk.opened):
+                m = match_literal(buf, i, tag[len(mk.opened):])
+                if m == FULL and not undecided:
+                    self._frame(i, i + len(tag) - len(mk.opened), CONTENT)
+                    return _TAG
+                undecided = undecided or m == PREFIX
+        if undecided and not eof:
+            self._at_start = True
+            return _HOLD
         return _TEXT
 
     def _hold(self, i: int, key: tuple[bool, bool, bool, bool]) -> None:
@@ -135,12 +168,18 @@ class TagStates:
         the tag belong to it (rule 2)."""
         mk = self._mk
         undecided = False
-        if mk.reopen:
-            m = match_literal(buf, i, mk.think_open)
+        if mk.frame is not None:  # the family reads its own headers (Markers.frame)
+            m, end, chan = mk.frame(buf, i, eof)
             if m == FULL:
-                self._frame(i, i + len(mk.think_open), REASONING)
+                self._frame(i, end, chan)
                 return _TAG
             undecided = m == PREFIX
+        if mk.reopen:
+            m = match_literal(buf, i, mk.think_open)
+            if m == FULL and not undecided:
+                self._frame(i, i + len(mk.think_open), REASONING)
+                return _TAG
+            undecided = undecided or m == PREFIX
         for tag in mk.markup:
             m = match_literal(buf, i, tag)
             if m == FULL and not undecided:
@@ -161,7 +200,24 @@ class TagStates:
         self._reset_md(line_start=True)  # a message begins: no fence, at a line start
         self._eat_nl = True
 
-    def _think_close(self, i: int) -> None:
+    def _ends_message(self, buf: str, j: int, eof: bool) -> bool | None:
+        """After the closer in the answer of a family whose closer also ends its messages
+        (`Markers.close_frames`): True when a frame follows it (after whitespace) or the output
+        ends there, False when anything else does (a stray closer), None while undecided."""
+        k = skip_ws(buf, j)
+        if k < 0:
+            return False
+        if k == len(buf):
+            return True if eof else None
+        undecided = False
+        for frame in self._mk.close_frames:
+            m = match_literal(buf, k, frame)
+            if m == FULL:
+                return True
+            undecided = undecided or m == PREFIX
+        return None if undecided and not eof else False
+
+    def _think_close(self, i: int, stray: bool = False) -> None:
         close = self._mk.think_close
         end = i + len(close)
         if self._chan == REASONING:
@@ -170,7 +226,7 @@ class TagStates:
             self._text(MARKUP, start, end)
             self._chan = CONTENT
             self._reset_md(line_start=False)
-        elif close in self._mk.markup:
+        elif close in self._mk.markup and not stray:
             # The family's closer also ends its answer messages (Harmony's `<|end|>`): markup,
             # with the newlines before it.
             start = self._nl_from if self._nl_from >= 0 else i

@@ -10,6 +10,12 @@ the parser (docs/design.md, section 4 "The parser", rule 7).
 
 Equivalent schemas resolve to the same type set, so they give the same arguments: the value is
 typed by the set, never by how the schema spells it.
+
+A union with a string (`["string", "integer"]`) keeps the raw text unless the text is exactly a
+JSON value of one of the other types: `7` is 7 there, `007`, `7a` and `2 dollars` stay strings,
+`1.5` stays a string where only integers are allowed (llama.cpp's rule for such unions, its
+tests/test-chat.cpp `string_union_tool` cases; a Python literal is never taken where a string
+is allowed).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import math
 STRING, NULL, OBJECT, ARRAY = "string", "null", "object", "array"
 JSON_TYPES = frozenset({STRING, "integer", "number", "boolean", NULL, OBJECT, ARRAY})
 CONTAINERS = frozenset({OBJECT, ARRAY})
+SCALARS = frozenset({"integer", "number", "boolean"})  # what a union with a string may read as
+_NUMERIC = frozenset("0123456789+-.eE \t\r\n")  # every character a JSON number's text can hold
 
 _MAX_DEPTH = 32  # $ref chains and nesting deeper than this are "unknown" (cycles end here too)
 _MAX_LITERAL = 100_000  # longer values are never handed to ast.literal_eval
@@ -157,23 +165,35 @@ def fits(v, types: frozenset[str]) -> bool:
 
 
 def streams_raw(types: frozenset[str] | None) -> bool:
-    """A value that is always the raw text, whatever it reads as (only string-like types)."""
-    return types is not None and STRING in types and not (types & (CONTAINERS | {NULL}))
+    """A value that is always the raw text, whatever it reads as (a string and nothing else)."""
+    return types is not None and STRING in types and not (types - {STRING})
 
 
 def raw_is_final(types: frozenset[str] | None, text: str) -> bool:
-    """For a type set that allows a string and also null or a container: once the value begins
-    with `text` (one leading newline already stripped), is it sure to stay the raw string?
-    Lets the dialect stream an `Optional[str]` value as it is written after a few characters."""
+    """For a type set that allows a string and also null, a container or a scalar: once the
+    value begins with `text` (one leading newline already stripped), is it sure to stay the
+    raw string? Lets the dialect stream an `Optional[str]` value as it is written after a few
+    characters."""
     if types is None or STRING not in types:
         return False
     if NULL in types and NULL.startswith(text):
         return False
-    if types & CONTAINERS:
-        head = text.lstrip()
-        if not head or head[0] in "{[":
-            return False
-    return True
+    head = text.lstrip()
+    if (types & CONTAINERS or types & SCALARS) and not head:
+        return False
+    if types & CONTAINERS and head[0] in "{[":
+        return False
+    if types & {"integer", "number"} and _NUMERIC.issuperset(head):
+        return False
+    word = head.rstrip()
+    return not ("boolean" in types and ("true".startswith(word) or "false".startswith(word)))
+
+
+def _scalar_fits(v, types: frozenset[str]) -> bool:
+    """Is the decoded JSON `v` exactly a value of one of the scalar `types`? Strict, for a
+    union with a string: `1e3` (a number) is not an integer there, `true` only a boolean."""
+    t = json_type(v)
+    return t in types & SCALARS or (t == "integer" and "number" in types)
 
 
 def convert(raw: str, types: frozenset[str] | None) -> tuple[object, bool]:
@@ -181,8 +201,9 @@ def convert(raw: str, types: frozenset[str] | None) -> tuple[object, bool]:
     as a Python literal (`True`, `None`, `{'k': 'v'}`) because it was not JSON.
 
     - No schema: JSON, falling back to the raw string.
-    - A string allowed: the raw text, except exactly `null` when null is allowed (None) and a
-      JSON object / array when one is allowed.
+    - A string allowed: the raw text, except exactly `null` when null is allowed (None), a
+      JSON object / array when one is allowed, and a JSON number or boolean of an allowed
+      type (`7` where an integer is allowed; see the module docstring).
     - Otherwise: JSON that fits the types; else a Python literal that fits (never `eval`);
       else JSON of another type; else the raw string.
     """
@@ -201,6 +222,13 @@ def convert(raw: str, types: frozenset[str] | None) -> tuple[object, bool]:
                 return raw, False
             if fits(v, types):
                 return v, False
+        if types & SCALARS and raw.lstrip()[:1] in _SCALAR_HEADS:
+            try:
+                v = _loads(raw)
+            except ValueError:
+                return raw, False
+            if _scalar_fits(v, types):
+                return v, False
         return raw, False
     try:
         v, is_json = _loads(raw), True
@@ -215,6 +243,7 @@ def convert(raw: str, types: frozenset[str] | None) -> tuple[object, bool]:
 
 
 _NOT = object()  # "not a literal" (None is a literal)
+_SCALAR_HEADS = frozenset("-0123456789tf")  # how a JSON number or boolean begins
 
 
 def _finite(s: str) -> float:

@@ -76,6 +76,34 @@ FAMILIES = {
         "reasoning", "Need the weather for Paris.", "Checking.",
         ("</think>", "<minimax:tool_call>", '<invoke name="', '">', '<parameter name="',
          "</parameter>", "</invoke>", "</minimax:tool_call>")),
+    "minimax-m3": Family(
+        "Need the weather for Paris.</mm:think>Checking.]<]minimax[>[<tool_call>\n"
+        ']<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>Paris]<]minimax[>[</city>'
+        "]<]minimax[>[<days>2]<]minimax[>[</days>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
+        "reasoning", "Need the weather for Paris.", "Checking.",
+        ("</mm:think>", "]<]minimax[>[", "<tool_call>", '<invoke name="', "<city>", "</city>",
+         "</invoke>", "</tool_call>")),
+    "kimi-k3": Family(
+        "Need the weather for Paris.<|close|>think<|sep|><|open|>response<|sep|>Checking."
+        '<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather" index="1"'
+        '<|sep|><|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|>'
+        '<|open|>argument key="days" type="number"<|sep|>2<|close|>argument<|sep|>'
+        "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>",
+        "reasoning", "Need the weather for Paris.", "Checking.",
+        ("<|close|>think<|sep|>", "<|open|>response<|sep|>", "<|close|>response<|sep|>",
+         "<|open|>tools<|sep|>", '<|open|>call tool="', '<|open|>argument key="', '" type="',
+         "<|close|>argument<|sep|>", "<|close|>call<|sep|>", "<|close|>tools<|sep|>",
+         "<|close|>message<|sep|>")),
+    "muse-glimmer": Family(
+        " to=self<|message|>Need the weather for Paris.<|eom|><|start|>assistant to=user"
+        "<|message|>Checking.<|eom|><|start|>assistant to=get_weather<|message|>"
+        '<atem:function_calls>\n<atem:invoke name="get_weather">\n'
+        '<atem:parameter name="city">Paris</atem:parameter>\n'
+        '<atem:parameter name="days">2</atem:parameter>\n</atem:invoke>\n</atem:function_calls>',
+        "content", "Need the weather for Paris.", "Checking.",
+        ("to=self<|message|>", "<|eom|>", "<|start|>assistant", "to=user<|message|>",
+         "<|message|>", "<atem:function_calls>", '<atem:invoke name="', '<atem:parameter name="',
+         "</atem:parameter>", "</atem:invoke>", "</atem:function_calls>")),
     "mistral": Family(
         f"[THINK]Need the weather for Paris.[/THINK]Checking.[TOOL_CALLS]get_weather[ARGS]{ARGS}",
         "content", "Need the weather for Paris.", "Checking.",
@@ -88,7 +116,108 @@ FAMILIES = {
     "llama3-json": Family(
         'Checking.\n<|python_tag|>{"name": "get_weather", "parameters": ' + ARGS + "}",
         "content", "", "Checking.", ("<|python_tag|>",)),
+    "minimax-m1": Family(
+        "<think>\nNeed the weather for Paris.\n</think>\n\nChecking.\n<tool_calls>\n"
+        '{"name": "get_weather", "arguments": ' + ARGS + "}\n</tool_calls>",
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<think>", "</think>", "<tool_calls>", "</tool_calls>")),
+    "firefunction": Family(
+        'Checking. functools[{"name": "get_weather", "arguments": ' + ARGS + "}]",
+        "content", "", "Checking.", (" functools[",)),
+    "functionary-v3.1": Family(
+        "Checking.<function=get_weather>" + ARGS + "</function>",
+        "content", "", "Checking.", ("<function=", "</function>")),
+    # the prompt ended with `>>>`: the reply opens with its recipient, `all` for the answer
+    "functionary-v3.2": Family(
+        "all\nChecking.>>>get_weather\n" + ARGS,
+        "content", "", "Checking.", (">>>",)),
+    # `<function=` off a line start: read as `auto`, a bare `<function=` at one is a Qwen call
+    "seed-oss": Family(
+        "<seed:think>Need the weather for Paris.</seed:think>\nChecking.\n"
+        "<seed:tool_call><function=get_weather>\n<parameter=city>Paris</parameter>\n"
+        "<parameter=days>2</parameter>\n</function>\n</seed:tool_call>",
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<seed:think>", "</seed:think>", "<seed:tool_call>", "<function=", "<parameter=",
+         "</parameter>", "</function>", "</seed:tool_call>")),
+    "minicpm5": Family(
+        "Need the weather for Paris.\n</think>\n\nChecking.\n"
+        '<function name="get_weather"><param name="city">Paris</param>'
+        '<param name="days">2</param></function>',
+        "reasoning", "Need the weather for Paris.", "Checking.",
+        ("</think>", "<function", ' name="', '">', "<param", "</param>", "</function>")),
+    "hunyuan3": Family(
+        "Need the weather for Paris.</think:opensource>Checking.<tool_calls:opensource>\n"
+        "<tool_call:opensource>get_weather<tool_sep:opensource>\n"
+        "<arg_key:opensource>city</arg_key:opensource>\n"
+        "<arg_value:opensource>Paris</arg_value:opensource>\n"
+        "<arg_key:opensource>days</arg_key:opensource>\n"
+        "<arg_value:opensource>2</arg_value:opensource>\n"
+        "</tool_call:opensource>\n</tool_calls:opensource>",
+        "reasoning", "Need the weather for Paris.", "Checking.",
+        ("</think:opensource>", "<tool_calls:opensource>", "<tool_call:opensource>",
+         "<tool_sep:opensource>", "<arg_key:opensource>", "</arg_key:opensource>",
+         "<arg_value:opensource>", "</arg_value:opensource>", "</tool_call:opensource>",
+         "</tool_calls:opensource>")),
+    "lfm2": Family(
+        "<think>Need the weather for Paris.</think>Checking.<|tool_call_start|>"
+        '[get_weather(city="Paris", days=2)]<|tool_call_end|>',
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<think>", "</think>", "<|tool_call_start|>", "<|tool_call_end|>")),
+    "granite": Family(
+        "<think>Need the weather for Paris.</think><response>Checking.</response>"
+        '<|tool_call|>[{"name": "get_weather", "arguments": ' + ARGS + "}]",
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<think>", "</think>", "<response>", "</response>", "<|tool_call|>")),
+    "nemotron-v2": Family(
+        "Need the weather for Paris.\n</think>\nChecking.\n"
+        '<TOOLCALL>[{"name": "get_weather", "arguments": ' + ARGS + "}]</TOOLCALL>",
+        "reasoning", "Need the weather for Paris.", "Checking.",
+        ("</think>", "<TOOLCALL>", "</TOOLCALL>")),
 }
+
+
+FAMILIES.update({
+    "solar-open": Family(
+        "<|think|>Need the weather for Paris.<|end|><|begin|>assistant<|content|>Checking.<|end|>"
+        "<|begin|>assistant<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>"
+        f"get_weather<|tool_call:args|>{ARGS}<|tool_call:end|>",
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<|think|>", "<|end|>", "<|begin|>assistant", "<|content|>", "<|tool_calls|>",
+         "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>", "<|tool_call:end|>")),
+    "apertus": Family(
+        "<|inner_prefix|>Need the weather for Paris.<|inner_suffix|>Checking.<|tools_prefix|>"
+        f'[{{"get_weather": {ARGS}}}]<|tools_suffix|>',
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<|inner_prefix|>", "<|inner_suffix|>", "<|tools_prefix|>", "<|tools_suffix|>")),
+    "gigachat3": Family(
+        "Checking.<|message_sep|>\n\nfunction call<|role_sep|>\n"
+        f'{{"name": "get_weather", "arguments": {ARGS}}}',
+        "content", "", "Checking.", ("<|message_sep|>", "<|role_sep|>")),
+    "gigachat3.1": Family(
+        f'Checking.<|function_call|>{{"name": "get_weather", "arguments": {ARGS}}}',
+        "content", "", "Checking.", ("<|function_call|>",)),
+})
+
+
+FAMILIES.update({
+    "command-r7b": Family(
+        "<|START_THINKING|>Need the weather for Paris.<|END_THINKING|><|START_RESPONSE|>Checking."
+        '<|END_RESPONSE|><|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", '
+        f'"parameters": {ARGS}}}\n]<|END_ACTION|>',
+        "content", "Need the weather for Paris.", "Checking.",
+        ("<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+         "<|START_ACTION|>", "<|END_ACTION|>")),
+    "command-r-plus": Family(
+        'Checking.\nAction:\n```json\n[\n    {\n        "tool_name": "get_weather",\n'
+        f'        "parameters": {ARGS}\n    }}\n]```',
+        "content", "", "Checking.", ("Action:", "```json", "```")),
+    "apriel": Family(
+        "Here are my reasoning steps:\nNeed the weather for Paris.\n[BEGIN FINAL RESPONSE]\n"
+        f'Checking.\n<tool_calls>[{{"name": "get_weather", "arguments": {ARGS}}}]</tool_calls>',
+        "content", "Need the weather for Paris.", "Checking.",
+        ("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]", "<tool_calls>",
+         "</tool_calls>")),
+})
 
 
 def test_every_family_has_a_case():

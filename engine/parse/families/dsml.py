@@ -10,6 +10,12 @@ parser.
     </｜DSML｜invoke>
     </｜DSML｜function_calls>
 
+DeepSeek V4 and V4-Flash write the same invokes in a `<｜DSML｜tool_calls>` section (their
+templates, deepseek-ai-DeepSeek-V4*.jinja); both sections open a list of calls and either
+closer ends it, so the wrapper is markup of the call, never answer or reasoning text. The writer
+and the forced-call grammar write V3.2's `function_calls`, the section of the shipped pack
+(resources/templates/dsml.jinja).
+
 `string="true"` keeps the value's raw text; `string="false"` reads it as JSON (then a Python
 literal, then the raw text); without the attribute the tool's schema decides
 (engine/parse/schema.py). Several invokes share one section: each `<｜DSML｜invoke name="` is read
@@ -31,13 +37,15 @@ from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "dsml"
 SECTION = "<｜DSML｜function_calls>"
+SECTION_V4 = "<｜DSML｜tool_calls>"  # DeepSeek V4, V4-Flash
 INVOKE = '<｜DSML｜invoke name="'
 PARAM = '<｜DSML｜parameter name="'
 PARAM_END = "</｜DSML｜parameter>"
 INVOKE_END = "</｜DSML｜invoke>"
 SECTION_END = "</｜DSML｜function_calls>"
+SECTION_END_V4 = "</｜DSML｜tool_calls>"
 
-MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, INVOKE))
+MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, SECTION_V4, INVOKE))
 PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, "｜DSML｜")
 
 
@@ -54,7 +62,7 @@ class CallParser(TaggedCall):
     ATTRS_END = ">"
     VALUE_END = PARAM_END
     FUNC_CLOSE = INVOKE_END
-    SECTION_CLOSE = SECTION_END
+    SECTION_CLOSE = (SECTION_END, SECTION_END_V4)
 
     def attrs(self, text: str) -> bool | None:
         flag = text.replace(" ", "")

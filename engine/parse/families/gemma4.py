@@ -14,6 +14,15 @@ are read whole when `<tool_call|>` arrives (or at the end of output, when they f
 object), then streamed as one `json.dumps` fragment: a `<|"|>` string may hold any character, so
 nothing before the closer can be streamed as final.
 
+Thought blocks come empty or doubled too (google-gemma-4-31B-it*.jinja's generation prompt
+writes an empty `<|channel>thought\n<channel|>` when thinking is off, and the model echoes it;
+llama.cpp's tests/test-chat.cpp, Gemma 4 "Edge cases"): `<|channel>thought` is read by
+`read_header` (`Markers.frame`) wherever it stands, repeated `<|channel>` tokens before
+`thought` included, so an empty block anywhere is markup alone, a thought block in the answer is
+reasoning again (the template strips every `<|channel>...<channel|>` from the answer it shows
+back), and a second opener inside the thought is markup; a `<channel|>` with no block open is a
+stray closer (dropped, counted).
+
 Choices where the other servers differ: a value that is not Gemma syntax makes the call
 malformed (text with `malformed_call`), where some parsers keep the bare text as a string.
 """
@@ -23,12 +32,14 @@ from __future__ import annotations
 import json
 import re
 
-from engine.parse.families.common import PREFIX, Match, match_literal
+from engine.parse.events import REASONING
+from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
 from engine.parse.families.framed import FramedBody
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 
 NAME = "gemma4"
+CHANNEL = "<|channel>"
 THOUGHT = "<|channel>thought"
 THOUGHT_END = "<channel|>"
 CALL = "<|tool_call>"
@@ -39,8 +50,27 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _KEY = re.compile(r"[A-Za-z0-9_.\-$]+")
 _MAX_DEPTH = 64
 
-MARKERS = Markers(THOUGHT, THOUGHT_END, (CALL,))
-PRESERVED_TOKENS = ("<|channel>", THOUGHT_END, CALL, CALL_END, QUOTE)
+
+
+def read_header(text: str, i: int, eof: bool) -> tuple[Match, int, str | None]:
+    """A thought block's opener at text[i] (`Markers.frame`): one or more `<|channel>`, then
+    `thought`. (FULL, its end, "reasoning"), PREFIX while the text ends inside one, or NONE."""
+    j = i
+    while text.startswith(CHANNEL, j):
+        j += len(CHANNEL)
+    if j == i:
+        m = match_literal(text, i, CHANNEL)
+        return (PREFIX if m == PREFIX and not eof else NONE), 0, None
+    m = match_literal(text, j, THOUGHT[len(CHANNEL):])
+    if m == FULL:
+        return FULL, j + len(THOUGHT) - len(CHANNEL), REASONING
+    if not eof and PREFIX in (m, match_literal(text, j, CHANNEL)):
+        return PREFIX, 0, None
+    return NONE, 0, None
+
+
+MARKERS = Markers(THOUGHT, THOUGHT_END, (CALL,), frame=read_header)
+PRESERVED_TOKENS = (CHANNEL, THOUGHT_END, CALL, CALL_END, QUOTE)
 
 _WORD, _NAME, _BODY = range(3)
 
@@ -187,7 +217,8 @@ class CallParser(FramedBody):
         self.done, self.end = True, self._pos
 
 
-__all__ = ["MARKERS", "NAME", "PREFIX", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+__all__ = ["MARKERS", "NAME", "PREFIX", "PRESERVED_TOKENS", "CallParser", "match_opener",
+           "read_header"]
 
 
 def _write_value(v) -> str:

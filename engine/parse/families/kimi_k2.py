@@ -11,10 +11,18 @@ between the `functions.` prefix (optional) and the `:INDEX` suffix (optional). S
 share one section: each `<|tool_call_begin|>` is read as its own call, and the section's end is
 consumed by the call before it.
 
+K2-Thinking writes its calls right after its reasoning, on the same line: `<think>I need the
+weather<|tool_calls_section_begin|>...` without `</think>` (Kimi-K2-Thinking.jinja renders a
+turn as `<think>...</think>` then the section, no newline between). The section's tokens are
+special tokens the model writes only to call, so they end the reasoning mid-line too
+(`Markers.inline_calls`; vLLM's kimi_k2 reasoning parser ends it at the section token wherever
+it stands, llama.cpp's tests/test-chat.cpp has a call "*inside thinking block*"), where other
+families' openers count only at a line start. A fenced one stays reasoning.
+
 Choices where the other servers differ: `<|tool_call_section_begin|>` (singular, which some K2
 outputs write) opens a section too, as in vLLM; a `<|tool_call_begin|>` outside a section is a
-call when an id and `<|tool_call_argument_begin|>` follow; the model's own id is not kept
-(Prism numbers its calls, as for every family).
+call when an id and `<|tool_call_argument_begin|>` follow; the model's own id
+(`functions.NAME:IDX`) is kept as the call's id.
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ SECTION_END = "<|tool_calls_section_end|>"
 SECTION_END_ALT = "<|tool_call_section_end|>"
 _ID_CHARS = "_-.:"
 
-MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, SECTION_ALT, CALL))
+MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, SECTION_ALT, CALL),
+                  inline_calls=(SECTION, SECTION_ALT, CALL))
 PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, SECTION, SECTION_ALT, CALL, ARG, CALL_END,
                     SECTION_END, SECTION_END_ALT)
 

@@ -40,12 +40,28 @@ REAL_SNIPPETS = {
     "deepseek": "{{'<｜Assistant｜>'}}{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'}}",
     "kimi-k2": "<|im_assistant|>assistant<|im_middle|>{{ '<|tool_calls_section_begin|>' }}",
     "minimax-xml": "{{- ']~b]ai' ~ '\\n' }}{{ '<minimax:tool_call>' }}",
+    "minimax-m3": "{%- set ns_token = ']<]minimax[>[' -%}{{- bos_token ~ 'ai' ~ '\\n' }}",
+    "kimi-k3": "{{- '<|open|>' + tag -}}{{- close_tag('message') -}}{{- '<|end_of_msg|>' -}}",
+    "muse-glimmer": "{{- '<|start|>assistant to=self<|message|>' + r + '<|eom|>' -}}",
     "glm": "[gMASK]<sop>{{ '<tool_call>' + tc.name }}<arg_key>{{ k }}</arg_key>",
     "mistral": "[INST]{{ m.content }}[/INST][TOOL_CALLS]{{ tc.name }}[ARGS]",
     "gemma4": "{{- '<|turn>model\\n' -}}{{- '<|channel>thought\\n<channel|>' -}}",
     "llama3-json": "<|start_header_id|>assistant<|end_header_id|>\\n\\n<|python_tag|>",
+    "lfm2": "{{- '<|tool_call_start|>[' + (calls | join(', ')) + ']<|tool_call_end|>' -}}",
+    "granite": "respond only with <|tool_call|> followed by a JSON list of tools used.",
+    "nemotron-v2": "{{- '<SPECIAL_11>Assistant\\n' -}}{{- '<TOOLCALL>[' -}}",
     "qwen-xml": "<tool_call>\\n<function={{ name }}>\\n<parameter={{ k }}>",
     "hermes-json": "<tool_call>\\n{\"name\": {{ name }}}",
+    "seed-oss": "{%- set toolcall_begin_token = '<seed:tool_call>' -%}{{ '<parameter=' + k }}",
+    "minicpm5": "{{- '<function name=\"' ~ name ~ '\">' }}{{- '<param name=\"' ~ k ~ '\">' }}",
+    "hunyuan3": "{%- set HYTK = ':opensource' %}{%- set t = '<tool_sep{}>'.format(HYTK) %}",
+    "solar-open": "{{- '<|begin|>assistant<|tool_calls|>' }}{{- '<|tool_call:begin|>' + tc.id }}",
+    "apertus": "{%- set tool_calls_token = '<|tools_prefix|>' -%}{{ '<|inner_prefix|>' }}",
+    "gigachat3": '{%- set add_tokens = namespace(role_sep="<|role_sep|>\\n") -%}',
+    "gigachat3.1": '{%- set add_tokens = namespace(function_call="<|function_call|>") -%}',
+    "command-r7b": "<|CHATBOT_TOKEN|>{{ '<|START_THINKING|>' }}<|START_ACTION|>[",
+    "command-r-plus": "You should use the `directly-answer` tool if calling the other tools",
+    "apriel": "provide the final solution in the following format: [BEGIN FINAL RESPONSE] ...",
     "auto": "<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>",
 }
 
@@ -94,8 +110,31 @@ def test_detection_order_comes_from_the_records():
     ("mistral", "[/INST][THINK]x[/THINK]", "content"),
     ("llama3-json", "<think>", "content"),  # no reasoning in Llama 3: never starts in it
     ("minimax-xml", "]~b]ai\n<think>\n", "reasoning"),
+    ("minimax-m3", "]~b]ai\n<mm:think>", "reasoning"),  # thinking_mode "enabled"
+    ("minimax-m3", "]~b]ai\n</mm:think>", "content"),  # "disabled"
+    ("minimax-m3", "]~b]ai\n", "content"),  # "adaptive": the model opens it, or not
+    ("kimi-k3", '<|open|>message role="assistant"<|sep|><|open|>think<|sep|>', "reasoning"),
+    ("kimi-k3", '<|open|>message role="assistant"<|sep|><|open|>response<|sep|>', "content"),
+    ("muse-glimmer", "<|start|>user<|message|>hi<|eot|><|start|>assistant", "content"),
+    ("nemotron-v2", "<SPECIAL_11>Assistant\n<think>\n", "reasoning"),
+    ("nemotron-v2", "<SPECIAL_11>Assistant\n<think></think>", "content"),
     ("qwen-xml", "<|im_start|>assistant\n<think>\n", "reasoning"),
+    ("command-r7b", "<|CHATBOT_TOKEN|><|START_THINKING|>", "reasoning"),  # Cohere2
+    ("command-r7b", "<|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>", "content"),
+    ("command-r-plus", "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>", "content"),
+    ("apriel", "<|begin_assistant|>\nHere are my reasoning steps:\n", "reasoning"),  # 1.6
+    ("apriel", "<|assistant|>\n", "content"),  # 1.5: the model writes that line itself
     ("auto", "<|im_start|>assistant\n", "content"),
+    ("solar-open", "<|begin|>user<|content|>hi<|end|><|begin|>assistant", "content"),
+    ("solar-open", "<|begin|>assistant<|think|><|end|><|begin|>assistant", "content"),
+    ("solar-open", "<|begin|>assistant<|think|>", "reasoning"),
+    ("apertus", "<|user_start|>hi<|user_end|><|assistant_start|>", "content"),
+    ("apertus", "<|assistant_start|><|inner_prefix|>", "reasoning"),
+    ("gigachat3", "user<|role_sep|>\nhi<|message_sep|>\n\nassistant<|role_sep|>\n", "content"),
+    ("seed-oss", "<seed:bos>assistant\n", "content"),
+    ("minicpm5", "<|im_start|>assistant\n<think>\n", "reasoning"),
+    ("hunyuan3", "<｜hy_Assistant:opensource｜><think:opensource></think:opensource>", "content"),
+    ("hunyuan3", "<｜hy_Assistant:opensource｜><think:opensource>", "reasoning"),
 ])
 def test_start_state_per_family(dialect, prompt, want):
     assert start_state(prompt, dialect) == want
@@ -141,6 +180,8 @@ def test_a_gguf_template_names_its_family_and_the_log_says_why(tmp_path, caplog)
 
 @pytest.mark.parametrize("fam", FAMILIES, ids=[f.name for f in FAMILIES])
 def test_each_family_gguf_is_detected_from_its_template_or_architecture(fam, tmp_path):
+    if fam.pack is None:  # Command R+: its only real template cannot render (its module says)
+        pytest.skip(f"{fam.name} ships no pack")
     spec = builtin_packs()[fam.pack]
     template = (TEMPLATES / spec.template).read_text(encoding="utf-8")
     want = fam.name if fam.name in dialects.NAMES else "auto"
@@ -198,6 +239,13 @@ CALLS = (("get_weather", {"city": "Paris", "days": 2}), ("get_weather", {"city":
 # rendered assistant turn (DeepSeek's opens <think> for the model but writes </think> in the
 # history).
 THINKING = {"deepseek": False, "dsml": True, "gemma4": True, "mistral": True}
+# Hunyuan 3 shows the reasoning of a turn with calls in the history; its no_think prompt holds
+# a closed block, so only a thinking prompt is a prefix of that turn.
+THINKING["hunyuan3"] = True
+
+
+# Families whose templates write one call per turn (GigaChat's: the first of `tool_calls`).
+ONE_CALL_TURNS = {"gigachat3", "gigachat3.1"}
 
 
 @pytest.mark.parametrize("fam", FAMILIES, ids=[f.name for f in FAMILIES])
@@ -210,6 +258,8 @@ def test_what_a_template_writes_as_the_models_calls_is_what_the_parser_reads(fam
     from engine.parse.events import result_of
     from engine.parse.parser import OutputParser
 
+    if fam.pack is None:  # Command R+: checked on its real template in its own test module
+        pytest.skip(f"{fam.name} ships no pack")
     pack = resolve_pack(fam.pack, require_model=False)
     tmpl = pack.chat_template()
     thinking = THINKING.get(fam.name, pack.thinking)
@@ -230,7 +280,8 @@ def test_what_a_template_writes_as_the_models_calls_is_what_the_parser_reads(fam
     parser = OutputParser(start=start_state(prompt, fam.name), dialect=fam.name,
                           tools=(WEATHER,))
     res = result_of(parser.feed(written) + parser.finish())
-    assert [(c.name, c.arguments) for c in res.tool_calls] == list(CALLS), written
+    want_calls = list(CALLS)[:1] if fam.name in ONE_CALL_TURNS else list(CALLS)
+    assert [(c.name, c.arguments) for c in res.tool_calls] == want_calls, written
     assert res.content.strip() == ("Checking." if "Checking." in written else ""), written
     want = "Need both cities." if "Need both cities." in written else ""
     assert res.reasoning.strip() == want, written
@@ -256,9 +307,29 @@ FAMILY_CALLS = {
                 "<|tool_calls_section_end|>"),
     "minimax-xml": ("<think>", '<minimax:tool_call>\n<invoke name="get_weather">\n'
                     '<parameter name="city">Paris</parameter>\n</invoke>\n</minimax:tool_call>'),
+    "minimax-m3": ("<mm:think>", "]<]minimax[>[<tool_call>\n]<]minimax[>["
+                   '<invoke name="get_weather">]<]minimax[>[<city>Paris]<]minimax[>[</city>'
+                   "]<]minimax[>[</invoke>\n"
+                   "]<]minimax[>[</tool_call>"),
+    "kimi-k3": ("<|open|>think<|sep|>", '<|open|>tools<|sep|><|open|>call tool="get_weather" '
+                'index="1"<|sep|><|open|>argument key="city" type="string"<|sep|>Paris'
+                "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"),
     "mistral": ("[THINK]", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'),
     "gemma4": ("<|channel>thought",
                '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'),
+    "lfm2": ("<think>", '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'),
+    "granite": ("<think>", '<|tool_call|>[{"name": "get_weather", "arguments": '
+                '{"city": "Paris"}}]'),
+    "nemotron-v2": ("<think>", '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": '
+                    '"Paris"}}]</TOOLCALL>'),
+    "seed-oss": ("<seed:think>", "<seed:tool_call>\n<function=get_weather>\n"
+                 "<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>"),
+    "minicpm5": ("<think>", '<function name="get_weather"><param name="city">Paris</param>'
+                 "</function>"),
+    "hunyuan3": ("<think:opensource>", "<tool_calls:opensource>\n<tool_call:opensource>"
+                 "get_weather<tool_sep:opensource>\n<arg_key:opensource>city</arg_key:opensource>"
+                 "\n<arg_value:opensource>Paris</arg_value:opensource>\n</tool_call:opensource>\n"
+                 "</tool_calls:opensource>"),
 }
 
 

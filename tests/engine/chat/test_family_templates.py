@@ -22,9 +22,18 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"]}}}
 CALL = {"id": "call_get_weather_1", "type": "function",
         "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+# Apriel 1.5's own template (apriel.jinja) begins every system turn with its reasoning prompt.
+APRIEL_SYSTEM = (
+    "You are a thoughtful and systematic AI assistant built by ServiceNow Language Models (SLAM)"
+    " lab. Before providing an answer, analyze the problem carefully and present your reasoning"
+    " step by step. After explaining your thought process, provide the final solution in the"
+    " following format: [BEGIN FINAL RESPONSE] ... [END FINAL RESPONSE].")
 # How each template writes a later system message: its own system/developer turn, or (DeepSeek,
 # whose format has none) a delimited user-side note. See each template's header comment.
 FORMS = {
+    "command_r7b.jinja": "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TEXT|>{}<|END_TEXT|>"
+                         "<|END_OF_TURN_TOKEN|>",
+    "apriel.jinja": "<|system|>\n" + APRIEL_SYSTEM + "{}\n<|end|>\n",
     "chatml.jinja": "<|im_start|>system\n{}<|im_end|>",
     "smollm2.jinja": "<|im_start|>system\n{}<|im_end|>",
     "qwen3_hermes.jinja": "<|im_start|>system\n{}<|im_end|>",
@@ -36,9 +45,26 @@ FORMS = {
     "glm.jinja": "<|system|>\n{}",
     "kimi_k2.jinja": "<|im_system|>system<|im_middle|>{}<|im_end|>",
     "minimax_xml.jinja": "]~b]system\n{}[e~[\n",
+    "minimax_m3.jinja": "]~b]developer\n{}[e~[\n",
+    "kimi_k3.jinja": '<|open|>message role="system"<|sep|>{}<|close|>message<|sep|><|end_of_msg|>',
+    "muse_glimmer.jinja": "<|start|>system<|message|>{}<|eot|>",
     "mistral.jinja": "[SYSTEM_PROMPT]{}[/SYSTEM_PROMPT]",
     "gemma4.jinja": "<|turn>system\n{}<turn|>",
+    "lfm2.jinja": "<|im_start|>system\n{}<|im_end|>",
+    "granite.jinja": "<|start_of_role|>system<|end_of_role|>{}<|end_of_text|>",
+    "nemotron_v2.jinja": "<SPECIAL_10>System\n{}\n",
+    "seed_oss.jinja": "<seed:bos>system\n{}<seed:eos>",
+    "minicpm5.jinja": "<|im_start|>system\n{}<|im_end|>",
+    "hunyuan3.jinja": "<｜hy_User:opensource｜><system>\n{}\n</system>",
     "llama3_json.jinja": "<|start_header_id|>system<|end_header_id|>\n\n{}<|eot_id|>",
+    "minimax_m1.jinja": "<beginning_of_sentence>system ai_setting=assistant\n{}<end_of_sentence>\n",
+    "firefunction.jinja": "<|start_header_id|>system<|end_header_id|>\n\n{}<|eot_id|>",
+    "functionary_v3_1.jinja": "<|start_header_id|>system<|end_header_id|>\n\n{}<|eot_id|>",
+    "functionary_v3_2.jinja": "<|start_header_id|>system<|end_header_id|>\n\n{}<|eot_id|>",
+    "solar_open.jinja": "<|begin|>system<|content|>{}<|end|>",
+    "apertus.jinja": "<|system_start|>{}<|system_end|>",
+    "gigachat3.jinja": "system<|role_sep|>\n{}<|message_sep|>\n\n",
+    "gigachat3_1.jinja": "system<|role_sep|>\n{}<|message_sep|>\n\n",
 }
 
 
@@ -106,6 +132,11 @@ def test_a_system_message_after_a_tool_result_ends_the_prompt_before_the_answer(
             Message("tool", "sunny, 21 degrees", tool_call_id=CALL["id"]),
             Message("system", MID)]
     prompt = render(spec, chat, None, tools=[WEATHER])
+    if spec.template == "apriel.jinja":
+        # Apriel 1.5's own template restates the tool list in every system turn: the note's
+        # turn is read without it
+        tools = prompt[prompt.rindex("You are provided"):prompt.rindex("</available_tools>")]
+        prompt = prompt.replace(MID + "\n" + tools + "</available_tools>", MID)
     between(prompt, "sunny, 21 degrees", MID, None)
     assert FORMS[spec.template].format(MID) in prompt, prompt
     # the model is handed the turn after the note as after a user message: the pack's

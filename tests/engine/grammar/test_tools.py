@@ -48,6 +48,9 @@ TOOLS = (WEATHER, SEARCH)
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 # SmolLM2 spells DeepSeek's fullwidth bars byte by byte: its calls take more tokens.
 BUDGET = {"dsml": 3, "deepseek": 2}
+BUDGET["hunyuan3"] = 3  # its `:opensource` tags, spelled piece by piece
+BUDGET["kimi-k3"] = 3  # `<|open|>`, `<|sep|>`, `<|close|>` around every tag, spelled piece by piece
+BUDGET["muse-glimmer"] = 2  # its recipient header and `<atem:…>` tags
 PROMPT = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
           "What is the weather in Paris? Answer with a tool call.<|im_end|>\n"
           "<|im_start|>assistant\n")
@@ -253,7 +256,27 @@ REASONED = {
             "</arg_value>\n</tool_call>"),
     "mistral": '[/THINK][TOOL_CALLS]search[ARGS]{"query": "news"}',
     "gemma4": '<channel|><|tool_call>call:search{query:<|"|>news<|"|>}<tool_call|>',
+    "minimax-m3": ('</mm:think>]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="search">'
+                   "]<]minimax[>[<query>news]<]minimax[>[</query>]<]minimax[>[</invoke>\n"
+                   "]<]minimax[>[</tool_call>"),
+    "seed-oss": ("</seed:think>\n<seed:tool_call>\n<function=search>\n"
+                 "<parameter=query>news</parameter>\n</function>\n</seed:tool_call>"),
+    "minicpm5": '</think>\n\n<function name="search"><param name="query">news</param></function>',
+    "hunyuan3": ("</think:opensource><tool_calls:opensource>\n"
+                 "<tool_call:opensource>search<tool_sep:opensource>\n"
+                 "<arg_key:opensource>query</arg_key:opensource>\n"
+                 "<arg_value:opensource>news</arg_value:opensource>\n"
+                 "</tool_call:opensource>\n</tool_calls:opensource>"),
 }
+
+
+REASONED["apertus"] = ('<|inner_suffix|><|tools_prefix|>[{"search": {"query": "news"}}]'
+                       '<|tools_suffix|>')
+REASONED["command-r7b"] = ('<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", '
+                          '"tool_name": "search", "parameters": {"query": "news"}}\n]'
+                          "<|END_ACTION|>")
+REASONED["apriel"] = ('[BEGIN FINAL RESPONSE]\n<tool_calls>[{"name": "search", "arguments": '
+                      '{"query": "news"}}]</tool_calls>')
 
 
 @pytest.mark.model
@@ -291,7 +314,57 @@ TWO_CALLS = {
                     '</parameter>\n</invoke>\n<invoke name="get_weather">\n<parameter name='
                     '"city">London</parameter>\n<parameter name="days">2</parameter>\n'
                     "</invoke>\n</minimax:tool_call>"),
+    "minimax-m3": (']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="search">'
+                   "]<]minimax[>[<query>news]<]minimax[>[</query>]<]minimax[>[</invoke>\n"
+                   ']<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>London'
+                   "]<]minimax[>[</city>]<]minimax[>[<days>2]<]minimax[>[</days>]<]minimax[>["
+                   "</invoke>\n]<]minimax[>[</tool_call>"),
+    "seed-oss": ("<seed:tool_call>\n<function=search>\n<parameter=query>news</parameter>\n"
+                 "</function>\n</seed:tool_call>\n<seed:tool_call>\n<function=get_weather>\n"
+                 "<parameter=city>London</parameter>\n<parameter=days>2</parameter>\n"
+                 "</function>\n</seed:tool_call>"),
+    "minicpm5": ('<function name="search"><param name="query">news</param></function>\n'
+                 '<function name="get_weather"><param name="city">London</param>'
+                 '<param name="days">2</param></function>'),
+    "hunyuan3": ("<tool_calls:opensource>\n<tool_call:opensource>search<tool_sep:opensource>\n"
+                 "<arg_key:opensource>query</arg_key:opensource>\n"
+                 "<arg_value:opensource>news</arg_value:opensource>\n</tool_call:opensource>\n"
+                 "<tool_call:opensource>get_weather<tool_sep:opensource>\n"
+                 "<arg_key:opensource>city</arg_key:opensource>\n"
+                 "<arg_value:opensource>London</arg_value:opensource>\n"
+                 "<arg_key:opensource>days</arg_key:opensource>\n"
+                 "<arg_value:opensource>2</arg_value:opensource>\n</tool_call:opensource>\n"
+                 "</tool_calls:opensource>"),
 }
+
+
+TWO_CALLS["apertus"] = ('<|tools_prefix|>[{"search": {"query": "news"}}, '
+                        '{"get_weather": {"city": "London", "days": 2}}]<|tools_suffix|>')
+TWO_CALLS["solar-open"] = (
+    '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>search<|tool_call:args|>'
+    '{"query": "news"}<|tool_call:end|><|tool_call:begin|>f6g7h8i9j0<|tool_call:name|>'
+    'get_weather<|tool_call:args|>{"city": "London", "days": 2}<|tool_call:end|>')
+TWO_CALLS["command-r7b"] = (
+    '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "search", "parameters": '
+    '{"query": "news"}},\n    {"tool_call_id": "1", "tool_name": "get_weather", "parameters": '
+    '{"city": "London", "days": 2}}\n]<|END_ACTION|>')
+TWO_CALLS["command-r-plus"] = (
+    'Action:\n```json\n[\n    {\n        "tool_name": "search",\n        "parameters": '
+    '{"query": "news"}\n    },\n    {\n        "tool_name": "get_weather",\n        '
+    '"parameters": {"city": "London", "days": 2}\n    }\n]```')
+TWO_CALLS["apriel"] = ('<tool_calls>[{"name": "search", "arguments": {"query": "news"}}, '
+                       '{"name": "get_weather", "arguments": {"city": "London", "days": 2}}]'
+                       '</tool_calls>')
+TWO_CALLS["minimax-m1"] = ('<tool_calls>\n{"name": "search", "arguments": {"query": "news"}}\n'
+                           '{"name": "get_weather", "arguments": {"city": "London", "days": 2}}'
+                           "\n</tool_calls>")
+TWO_CALLS["firefunction"] = (' functools[{"name": "search", "arguments": {"query": "news"}}, '
+                             '{"name": "get_weather", "arguments": {"city": "London", "days": 2}}]')
+TWO_CALLS["functionary-v3.1"] = ('<function=search>{"query": "news"}</function>'
+                                 '<function=get_weather>{"city": "London", "days": 2}</function>')
+# Functionary v3.2: the prompt ends with `>>>`, the first call starts with its name
+TWO_CALLS["functionary-v3.2"] = ('search\n{"query": "news"}>>>get_weather\n'
+                                 '{"city": "London", "days": 2}')
 
 
 @pytest.mark.model
@@ -315,9 +388,32 @@ ONE_CALL = {
                 "<|tool_calls_section_end|>"),
     "minimax-xml": ('<minimax:tool_call>\n<invoke name="search">\n<parameter name="query">news'
                     '</parameter>\n</invoke>\n</minimax:tool_call>'),
+    "minimax-m3": (']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="search">'
+                   "]<]minimax[>[<query>news]<]minimax[>[</query>]<]minimax[>[</invoke>\n"
+                   "]<]minimax[>[</tool_call>"),
     "qwen-xml": ("<tool_call>\n<function=search>\n<parameter=query>\nnews\n</parameter>\n"
                  "</function>\n</tool_call>"),
+    "seed-oss": ("<seed:tool_call>\n<function=search>\n<parameter=query>news</parameter>\n"
+                 "</function>\n</seed:tool_call>"),
+    "minicpm5": '<function name="search"><param name="query">news</param></function>',
+    "hunyuan3": ("<tool_calls:opensource>\n<tool_call:opensource>search<tool_sep:opensource>\n"
+                 "<arg_key:opensource>query</arg_key:opensource>\n"
+                 "<arg_value:opensource>news</arg_value:opensource>\n</tool_call:opensource>\n"
+                 "</tool_calls:opensource>"),
 }
+ONE_CALL["apertus"] = '<|tools_prefix|>[{"search": {"query": "news"}}]<|tools_suffix|>'
+ONE_CALL["solar-open"] = ('<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>search'
+                          '<|tool_call:args|>{"query": "news"}<|tool_call:end|>')
+ONE_CALL["command-r7b"] = ('<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": '
+                          '"search", "parameters": {"query": "news"}}\n]<|END_ACTION|>')
+ONE_CALL["command-r-plus"] = ('Action:\n```json\n[\n    {\n        "tool_name": "search",\n'
+                              '        "parameters": {"query": "news"}\n    }\n]```')
+ONE_CALL["apriel"] = '<tool_calls>[{"name": "search", "arguments": {"query": "news"}}]</tool_calls>'
+ONE_CALL["minimax-m1"] = ('<tool_calls>\n{"name": "search", "arguments": {"query": "news"}}\n'
+                          "</tool_calls>")
+ONE_CALL["firefunction"] = ' functools[{"name": "search", "arguments": {"query": "news"}}]'
+ONE_CALL["functionary-v3.1"] = '<function=search>{"query": "news"}</function>'
+ONE_CALL["functionary-v3.2"] = 'search\n{"query": "news"}'
 TWO_CALLS_QWEN = (ONE_CALL["qwen-xml"] + "\n<tool_call>\n<function=get_weather>\n<parameter=city>"
                   "\nLondon\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n"
                   "</tool_call>")

@@ -17,6 +17,7 @@ from engine.parse.schema import (
     schema_types,
     streams_raw,
 )
+from tests.engine.parse.parser_harness import anomalies, parse_all_ways
 
 # Optional[str] as Pydantic v2, Pydantic v1 / OpenAPI, a type list, a $ref and oneOf write it.
 OPTIONAL_STR = [
@@ -73,6 +74,33 @@ def test_non_string_union_types_the_value():
     assert convert("null", types) == (None, False)
     assert convert("None", types) == (None, True)  # a Python literal: repaired
     assert convert("seven", types) == ("seven", False)  # neither: the raw text, as before
+
+
+@pytest.mark.parametrize(("raw", "want"), [
+    # llama.cpp tests/test-chat.cpp `string_union_tool` ("amount": ["string", "integer"]):
+    # Ling 3.0 `7` -> 7 and `1abc` -> "1abc"; Qwen3-Coder `42` -> 42 and `2 dollars` -> text
+    ("7", 7), ("42", 42), ("-3", -3), ("1abc", "1abc"), ("2 dollars", "2 dollars"),
+    # not exactly an integer's JSON: the text
+    ("007", "007"), ("7a", "7a"), ("1.5", "1.5"), ("3.0", "3.0"), ("1e3", "1e3"),
+    ("true", "true"), ("True", "True"), ("null", "null"), ("", ""), ("[7]", "[7]"),
+])
+def test_string_or_integer_reads_an_integer_literal_as_the_integer(raw, want):
+    value, repaired = convert(raw, schema_types({"type": ["string", "integer"]}))
+    assert value == want and type(value) is type(want) and not repaired
+
+
+def test_string_unions_with_other_scalars_and_equivalent_spellings():
+    for sch in ({"type": ["string", "number", "boolean"]},
+                {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]},
+                {"oneOf": [{"type": "boolean"}, {"type": ["number", "string"]}]}):
+        types = schema_types(sch)
+        assert [convert(r, types)[0] for r in ("7", "3.5", "1e3", "true", "false", "tru", "x")] \
+            == [7, 3.5, 1000.0, True, False, "tru", "x"]
+    # a string and a boolean only: numbers stay text
+    assert convert("7", schema_types({"type": ["string", "boolean"]})) == ("7", False)
+    # llama.cpp's nullable string: `123 Main St` starts like a number but is text
+    assert convert("123 Main St", schema_types({"type": ["string", "null"]})) == (
+        "123 Main St", False)
 
 
 def test_string_or_object_decodes_an_object_only():
@@ -154,12 +182,34 @@ def test_streaming_decisions_agree_with_convert():
     plain = schema_types({"type": "string"})
     opt = schema_types({"type": ["string", "null"]})
     either = schema_types({"type": ["string", "object", "null"]})
+    count = schema_types({"type": ["string", "integer"]})
+    flag = schema_types({"type": ["string", "boolean", "number"]})
     assert streams_raw(plain) and not streams_raw(opt) and not streams_raw(None)
+    assert not streams_raw(count) and not streams_raw(flag)
     # Whenever a prefix is declared final, every value starting with it converts to itself.
-    for types in (opt, either):
-        for value in [*VALUES, "nul", "nullx", "n", " {", "\t[", "x{"]:
+    for types in (opt, either, count, flag):
+        for value in [*VALUES, "nul", "nullx", "n", " {", "\t[", "x{", "7", "7a", "-1.5e3",
+                      "007", "truex", "fals", "12 dollars", "1abc"]:
             for k in range(len(value) + 1):
                 if raw_is_final(types, value[:k]):
                     assert convert(value, types) == (value, False), (types, value, k)
     assert not raw_is_final(opt, "nul") and raw_is_final(opt, "nulx")
     assert not raw_is_final(either, "   ") and raw_is_final(either, "  x")
+    assert not raw_is_final(count, "12") and raw_is_final(count, "12 d")
+    assert raw_is_final(count, "x")
+    assert not raw_is_final(flag, "tr") and raw_is_final(flag, "tx")
+
+
+def test_a_string_or_integer_value_streams_as_it_reads_through_a_whole_call():
+    """Qwen XML streams a union value once its start decides it (raw_is_final): every chunking
+    gives the same call, and the streamed fragments join to its JSON (parse_all_ways)."""
+    tools = [{"type": "function", "function": {"name": "set_union", "parameters": {
+        "type": "object", "properties": {k: {"type": ["string", "integer"]}
+                                         for k in ("a", "b", "c", "d")}}}}]
+    text = ("<tool_call>\n<function=set_union>\n<parameter=a>\n7\n</parameter>\n"
+            "<parameter=b>\n12 dollars and more text\n</parameter>\n<parameter=c>\n007\n"
+            "</parameter>\n<parameter=d>\nx\n</parameter>\n</function>\n</tool_call>")
+    res = parse_all_ways(text, dialect="qwen-xml", start="content", tools=tools)
+    assert res.tool_calls[0].arguments == {"a": 7, "b": "12 dollars and more text", "c": "007",
+                                           "d": "x"}
+    assert not anomalies(res)

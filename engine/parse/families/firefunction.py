@@ -1,0 +1,125 @@
+"""FireFunction v2 (Fireworks' Llama 3 tool model): no reasoning; calls as one JSON list after
+` functools`.
+
+Owns the family's markers, the reader of one call and its writer. Run by whichever thread
+drives the parser.
+
+    Checking. functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, {...}]
+
+What its template (fireworks-ai-llama-3-firefunction-v2.jinja) writes: Llama 3 turns
+(`<|start_header_id|>ROLE<|end_header_id|>\n\n…<|eot_id|>`), the tools as the JSON text of a
+`functions` variable in the system turn, and an assistant turn's calls after its (trimmed)
+content as ` functools[` + `{"name": "NAME", "arguments": ARGS}` joined by `, ` + `]`, with no
+closing marker; its generation prompt is the assistant header, so the model answers at once
+(there is no reasoning). The opener is ` functools[` with its space (the space is the
+opener's, not the answer's), or `functools[` where nothing precedes it; each element of the
+list is read by the Hermes JSON scanner (engine/parse/families/hermes_json.py) as its own call
+(`follow` hands the next element to the parser), so `arguments` or `parameters` both work and
+a `]` inside a string never ends the list.
+
+Choices where the other servers differ: vLLM and SGLang have no FireFunction parser; llama.cpp
+(`common_chat_parse_firefunction_v2`) takes the first ` functools[` anywhere in the output and
+reads the rest as one JSON array. Here the opener counts only outside code fences and inline
+code, an element that is not a call comes back as text (`malformed_call`) after the calls
+before it, and text after the list is the answer's (llama.cpp leaves no answer after it); a
+list whose elements are complete is accepted at the end of output without its `]`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine.parse.families import hermes_json
+from engine.parse.families.common import Match
+from engine.parse.families.framed import FramedBody
+from engine.parse.families.registry import CallGrammar, Family, Writer, register
+from engine.parse.markers import Markers
+
+NAME = "firefunction"
+CALLS = " functools["
+CALLS_BARE = "functools["
+
+MARKERS = Markers(None, None, (CALLS, CALLS_BARE))
+PRESERVED_TOKENS = (CALLS,)
+
+_ELEM, _AFTER = range(2)
+
+
+def match_opener(text: str, i: int) -> Match:
+    """After the opener and whitespace: the list's first object, `{` then `"name"`."""
+    return hermes_json.match_opener(text, i)
+
+
+class _Element(hermes_json.CallParser):
+    """One object of the list, done at its closing brace: what follows it is the list's (a
+    reader that looked past the brace for `</tool_call>`, as Hermes' does, could end before
+    text already handed over, and the end would depend on the chunking)."""
+
+    def _finish_object(self) -> None:
+        super()._finish_object()
+        if not self.error:
+            self.done, self.end = True, self._pos
+
+
+class CallParser(FramedBody):
+    """One element of the list; then `,` (another follows: `follow`) or `]` (the list ends)."""
+
+    def __init__(self, schemas: dict, stream: bool) -> None:
+        super().__init__(schemas, stream)
+        self._st = _ELEM
+        self._more = False
+
+    def follow(self) -> CallParser | None:
+        """The reader of the list's next element, when a `,` followed this one."""
+        return CallParser(self.schemas, self.stream) if self._more else None
+
+    def _run(self, eof: bool) -> None:
+        while not (self.done or self.error):
+            if self._st == _ELEM:
+                if self._json is None:
+                    if not self._ws():
+                        return
+                    self._json = _Element(self.schemas, self.stream)
+                    self._json_at = self._pos
+                if not self._sub(eof):
+                    return
+                self._st = _AFTER
+            else:  # after an element: `,` or `]`, else the list ends before the whitespace
+                if self._close_at < 0:
+                    self._close_at = self._pos
+                if not self._ws() and not eof:
+                    return
+                b = self._buf
+                if b and b[0] in ",]":
+                    self._more = b[0] == ","
+                    self._eat(1)
+                    self.done, self.end = True, self._pos
+                else:
+                    self.done, self.end = True, self._close_at
+                return
+
+
+__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+
+
+def _write_call(call, index: int) -> str:
+    # As the template writes it: '{"name": "' + name + '", "arguments": ' + args|tojson + '}'
+    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+
+
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    head = '{"name": ' + json.dumps(fn["name"], ensure_ascii=False) + ', "arguments": '
+    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="FireFunction v2 (Llama 3 70B)", markers=MARKERS,
+    match_opener=match_opener, call_parser=CallParser,
+    writer=Writer(_write_call, calls_open=CALLS, calls_sep=", ", calls_close="]",
+                  before_calls=""),
+    detect=(CALLS,), supersedes=("llama3-json",), stops=("<|eot_id|>",),
+    preserved_tokens=PRESERVED_TOKENS, thinking=False, pack=NAME, repairs_history=False,
+    grammar=CallGrammar(_grammar_call, open=CALLS, sep=", ", close="]"),
+    tag_forms=(r" ?functools\[",),  # the raw view draws the opener (no `<`) as a tag
+))

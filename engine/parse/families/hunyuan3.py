@@ -1,0 +1,145 @@
+"""Tencent Hunyuan 3 (Hy3): `<think:opensource>` reasoning and `<tool_calls:opensource>` sections
+of key/value calls, every tag carrying the checkpoint's `:opensource` suffix.
+
+Owns the family's markers, the reader of one call (engine/parse/families/tagged.py's
+`TaggedCall`), its writer and forced-call grammar. Run by whichever thread drives the parser.
+
+    <think:opensource>The user wants the weather.</think:opensource>Checking.<tool_calls:opensource>
+    <tool_call:opensource>get_weather<tool_sep:opensource>
+    <arg_key:opensource>city</arg_key:opensource>
+    <arg_value:opensource>Paris</arg_value:opensource>
+    </tool_call:opensource>
+    </tool_calls:opensource>
+
+What the real template (tencent-Hy3.jinja) writes: `<｜hy_Assistant:opensource｜>` opens the
+turn and `<｜hy_eos:opensource｜>` ends it; its switch is `reasoning_effort` (`no_think`, the
+default, writes a closed `<think:opensource></think:opensource>` in the prompt; `low` and `high`
+leave `<think:opensource>` open for the model); the history shows the reasoning in the same
+block, the answer right after it, then one section holding each call as
+`<tool_call:opensource>NAME<tool_sep:opensource>` and one `<arg_key:opensource>` /
+`<arg_value:opensource>` pair per argument, each on a line of its own, a non-string value as
+JSON. Values are typed by the tool's schema (engine/parse/schema.py): a string parameter keeps
+its raw text (one leading and one trailing newline stripped), anything else is JSON, then a
+Python literal, then the raw text. Several calls share one section: each
+`<tool_call:opensource>` is read as its own call, and the section's end is consumed by the call
+before it.
+
+Choices where the other servers differ: the `:opensource` suffix is part of every marker (vLLM
+reads the suffix from the tokenizer's `token_suffix`; stock vLLM and SGLang, without it, read
+bare `<tool_call>`); a call whose `<tool_sep:opensource>` is missing (the name followed by the
+first `<arg_key:opensource>` or by `</tool_call:opensource>`, which pruned checkpoints write)
+is read and counted as `repaired_call` (vLLM requires the separator); a
+`<tool_call:opensource>` outside a section is a call too (vLLM needs `<tool_calls:opensource>`
+first), unless quoted; a complete call is accepted without `</tool_calls:opensource>`; a call
+in the reasoning ends it only when it is a real call at a line start; values keep their spaces.
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine.parse.families.common import FULL, NONE, PREFIX, WS, Match, match_literal
+from engine.parse.families.framed import word_then
+from engine.parse.families.registry import CallGrammar, Family, Writer, register
+from engine.parse.families.tagged import TaggedCall
+from engine.parse.markers import Markers
+
+NAME = "hunyuan3"
+SUFFIX = ":opensource"
+THINK_OPEN = f"<think{SUFFIX}>"
+THINK_CLOSE = f"</think{SUFFIX}>"
+SECTION = f"<tool_calls{SUFFIX}>"
+SECTION_END = f"</tool_calls{SUFFIX}>"
+CALL = f"<tool_call{SUFFIX}>"
+CALL_END = f"</tool_call{SUFFIX}>"
+SEP = f"<tool_sep{SUFFIX}>"
+KEY = f"<arg_key{SUFFIX}>"
+KEY_END = f"</arg_key{SUFFIX}>"
+VALUE = f"<arg_value{SUFFIX}>"
+VALUE_END = f"</arg_value{SUFFIX}>"
+EOS = f"<｜hy_eos{SUFFIX}｜>"
+_NO_SEP = "missing <tool_sep>"  # the repair, as `repaired_call` names it
+
+MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, CALL))
+PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, SECTION, SECTION_END, CALL, CALL_END, SEP, KEY,
+                    KEY_END, VALUE, VALUE_END)
+
+
+def match_opener(text: str, i: int) -> Match:
+    """After the section: a call; after a call's opener: a name, then (after whitespace)
+    `<tool_sep:opensource>`, or the first key or the call's end when the separator is
+    missing."""
+    m = match_literal(text, i, CALL)
+    if m != NONE:
+        return m
+    return word_then(text, i, CallParser.NAME_CHARS, (SEP, KEY, CALL_END), gap=True)
+
+
+class CallParser(TaggedCall):
+    FUNC_OPEN = CALL
+    NAME_END = (SEP,)
+    PARAM_OPEN = KEY
+    KEY_END = KEY_END
+    VALUE_OPEN = VALUE
+    VALUE_END = VALUE_END
+    FUNC_CLOSE = CALL_END
+    SECTION_CLOSE = SECTION_END
+
+    def _name_end(self) -> bool:
+        """After the name: whitespace, then `<tool_sep:opensource>` (consumed); without it, the
+        first key or the call's end (left for the parameters' state, a repair)."""
+        b = self._buf
+        j = len(b) - len(b.lstrip(WS))
+        if j:
+            self._eat(j)
+            b = self._buf
+        if not b:
+            return False
+        m = self._lit(SEP)
+        if m == FULL:
+            return True
+        undecided = m == PREFIX
+        for lit in (KEY, CALL_END):
+            mm = match_literal(b, 0, lit)
+            if mm == FULL:
+                self.repaired(_NO_SEP)
+                return True
+            undecided = undecided or mm == PREFIX
+        if not undecided:
+            self._fail("expected " + SEP)
+        return False
+
+
+def _write_value(v) -> str:
+    """A value as the reader takes it back: a string raw, anything else JSON. The reader strips
+    one leading and one trailing newline, so a string that begins or ends with one gets one
+    more there."""
+    if not isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
+
+
+def _write_call(call, index: int) -> str:
+    pairs = "".join(f"{KEY}{k}{KEY_END}\n{VALUE}{_write_value(v)}{VALUE_END}\n"
+                    for k, v in call.arguments.items())
+    return f"{CALL}{call.name}{SEP}\n{pairs}{CALL_END}\n"
+
+
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer), as the template writes
+    it."""
+    params = w.tagged(i, fn, KEY, lambda raw: KEY_END + "\n" + VALUE, VALUE_END + "\n",
+                      VALUE_END)
+    return f"{w.seq(CALL + fn['name'] + SEP + chr(10))} {params} {w.seq(CALL_END + chr(10))}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="Tencent Hunyuan 3 (Hy3)", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=Writer(_write_call, reasoning_open=THINK_OPEN, reasoning_close=THINK_CLOSE,
+                  calls_open=SECTION + "\n", calls_sep="", calls_close=SECTION_END,
+                  before_calls=""),
+    detect=(SEP, "':opensource'"), stops=(EOS,), preserved_tokens=PRESERVED_TOKENS,
+    thinking=False, pack=NAME,
+    grammar=CallGrammar(_grammar_call, open=SECTION + "\n", sep="", close=SECTION_END),
+))

@@ -1,0 +1,222 @@
+"""Calls written as a JSON list of objects, one call per object: the reader the Command R7B,
+Command R+ and Apriel families share.
+
+Owns `Element`, the Hermes JSON scanner (engine/parse/families/hermes_json.py) reading one call
+object whose keys its family names (the name's: `name`, Cohere's `tool_name`; the
+arguments': `arguments`, Cohere's `parameters`; the model's own id: Cohere's `tool_call_id`,
+Apriel's `id`), `CallList`, the reader of a list of them (`[`, objects and commas, `]`, then
+the family's closer), and `list_opener`, the opener test of such a list. Pure Python, run by
+whichever thread drives the parser.
+
+Each object of the list is its own call: `CallList.follow()` hands the next one to the parser
+after a comma (as Mistral's older `[TOOL_CALLS][...]` list is read), and the last call consumes
+the `]` and the family's closer (`<|END_ACTION|>`, ```` ``` ````, `</tool_calls>`). A closer that
+never comes does not undo a complete call: the call ends where its list ended. The object is
+read by the Hermes scanner, so a closer inside a string never ends a call, the arguments stream
+as canonical `json.dumps` fragments when the name came before them, and `json.loads` of the raw
+object decides the result. The family's key names are mapped onto the scanner's `name` and
+`arguments` as each key closes, so streaming works for every spelling.
+
+The model's own id is kept only when it comes before the name (as every template writes it):
+the call's first event (its name) then already carries it, and the id is the same streamed or
+not. An id already used by an earlier object of the same list is not kept (two calls of one
+reply never share an id); Prism numbers that call instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine.parse.families import hermes_json
+from engine.parse.families.common import NONE, PREFIX, Match, match_literal, skip_ws
+from engine.parse.families.framed import FramedBody
+
+_ID = "\x00id"  # the scanner's key for the model's own id (no JSON key can be it: NUL)
+
+_BEGIN, _ELEM, _AFTER, _END = range(4)
+
+
+def _object_opener(text: str, i: int, keys: tuple[str, ...]) -> Match:
+    """`{`, optional whitespace, then one of `keys` as a JSON string."""
+    if i >= len(text):
+        return PREFIX
+    if text[i] != "{":
+        return NONE
+    j = skip_ws(text, i + 1)
+    if j < 0:
+        return NONE
+    best = NONE
+    for key in keys:
+        best = max(best, match_literal(text, j, json.dumps(key)))
+    return best
+
+
+def list_opener(text: str, i: int, keys: tuple[str, ...], single: bool = True) -> Match:
+    """Does a list of call objects begin at text[i]: `[`, whitespace, then an object whose
+    first key is one of `keys`? With `single`, an object alone (no list) counts too."""
+    if i >= len(text):
+        return PREFIX
+    if text[i] == "[":
+        j = skip_ws(text, i + 1)
+        return NONE if j < 0 else _object_opener(text, j, keys)
+    return _object_opener(text, i, keys) if single else NONE
+
+
+class Element(hermes_json.CallParser):
+    """One call object with the family's key names (class attributes, set by subclasses)."""
+
+    names: tuple[str, ...] = ("name",)  # keys that hold the call's name, preferred first
+    args: tuple[str, ...] = ("arguments",)  # keys that hold its arguments, preferred first
+    ids: tuple[str, ...] = ()  # keys that hold the model's own id
+    seen: frozenset[str] = frozenset()  # ids the earlier objects of the list kept
+
+    def _string_char(self, ch: str) -> None:
+        closing = ch == '"' and not self._esc
+        super()._string_char(ch)
+        if not closing or self._in_str or len(self._stack) != 1:
+            return
+        top = self._stack[-1]
+        if self._string_is_key:
+            # A key of the call object just closed: name it as the scanner knows it, so the
+            # name starts the call and the arguments stream (hermes_json reads `name` and
+            # `arguments`).
+            if top.key in self.names:
+                top.key = "name"
+            elif top.key in self.args:
+                top.key = "arguments"
+            elif top.key in self.ids:
+                top.key = _ID
+        elif top.key == _ID and self.name is None and self.call_id is None:
+            own = "".join(self._str)
+            self.call_id = own if own and own not in self.seen else None
+
+    def _finish_object(self) -> None:
+        self.resume = self._pos  # any error found here concerns the whole object
+        try:
+            obj = json.loads("".join(self._raw), strict=False)
+        except ValueError as e:
+            self.error = f"bad JSON: {e}"
+            return
+        if not isinstance(obj, dict):
+            self.error = "not an object"
+            return
+        name = next((obj[k] for k in self.names if k in obj), None)
+        if not isinstance(name, str) or not name:
+            self.error = "no name"
+            return
+        args = next((obj[k] for k in self.args if k in obj), {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args, strict=False) if args.strip() else {}
+            except ValueError:
+                self.error = "arguments string is not JSON"
+                return
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            self.error = "arguments is not an object"
+            return
+        self.name, self.arguments = name, args
+        # Done at the closing brace (no look past it, unlike a Hermes body): what follows is
+        # the list's, so the call's end never depends on how the text was chunked.
+        self.done, self.end = True, self._pos
+        if self.stream:
+            if not self._started:
+                self._started = True
+                self.out.append(("start", name, self._pos))
+            if not self._args_streamed:
+                self.out.append(("args", json.dumps(args), self._pos))
+
+
+class CallList(FramedBody):
+    """A list of call objects read one call at a time (subclasses set the class attributes).
+
+    element: the `Element` class of one object.
+    single: an object alone, without `[ ]`, is a list of one.
+    closers: what ends the list after `]` (or after the lone object), after whitespace:
+        consumed with the last call; anything else ends the call before that whitespace.
+    """
+
+    element: type[Element] = Element
+    single: bool = True
+    closers: tuple[str, ...] = ()
+
+    def __init__(self, schemas: dict, stream: bool) -> None:
+        super().__init__(schemas, stream)
+        self._st = _BEGIN
+        self._listed = False  # inside `[ ]`
+        self._more = False  # a comma followed: the next object is the next call
+        self._seen: frozenset[str] = frozenset()
+
+    def follow(self) -> CallList | None:
+        """The reader of the list's next object, when a comma followed this one."""
+        if not self._more:
+            return None
+        nxt = type(self)(self.schemas, self.stream)
+        nxt._st, nxt._listed = _ELEM, True
+        nxt.closers = self.closers  # what the prelude decided (Command R+'s fence) holds on
+        nxt._seen = self._seen | ({self.call_id} if self.call_id else set())
+        return nxt
+
+    def _prelude(self, eof: bool) -> bool:
+        """What the family writes before the list (Command R+'s fence): True once it is read
+        (or there is none); False while undecided, or after failing the body."""
+        return True
+
+    def _run(self, eof: bool) -> None:
+        while not (self.done or self.error):
+            st = self._st
+            if st == _BEGIN:
+                if not self._prelude(eof):
+                    return
+                if not self._ws():
+                    return
+                if self._buf[0] == "[":
+                    self._eat(1)
+                    self._listed = True
+                elif not self.single:
+                    self._fail("expected [")
+                    return
+                self._st = _ELEM
+            elif st == _ELEM:
+                if self._json is None:
+                    if not self._ws():
+                        return
+                    if self._buf[0] != "{":
+                        self._fail("expected {")
+                        return
+                    self._json = self.element(self.schemas, self.stream)
+                    self._json.seen = self._seen
+                    self._json_at = self._pos
+                whole = self._sub(eof)
+                self.call_id = self._json.call_id  # set before the name: the first event has it
+                if not whole:
+                    return
+                self._st = _AFTER if self._listed else _END
+            elif st == _AFTER:  # after an object of the list: `,` (another follows) or `]`
+                if self._close_at < 0:
+                    self._close_at = self._pos
+                if not self._ws() and not eof:
+                    return
+                b = self._buf
+                if b[:1] == ",":
+                    self._more = True
+                    self._eat(1)
+                    self.done, self.end = True, self._pos
+                    self._close_at = -1
+                elif b[:1] == "]":
+                    self._eat(1)
+                    self._close_at = -1
+                    self._st = _END
+                else:  # the list just stops: the call is whole, what follows is text
+                    self.done, self.end = True, self._close_at
+                    self._close_at = -1
+            else:
+                if self.closers:
+                    self._close(self.closers, eof)
+                else:
+                    self.done, self.end = True, self._pos
+                return
+
+
+__all__ = ["CallList", "Element", "list_opener"]

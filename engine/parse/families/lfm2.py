@@ -1,0 +1,544 @@
+"""LFM2 and LFM2.5 (Liquid AI): `<think>` reasoning and Python-style calls between
+`<|tool_call_start|>` and `<|tool_call_end|>`.
+
+Owns the family's markers, the reader of one call of a pythonic list and the reader of its
+values. Run by whichever thread drives the parser.
+
+    <think>The user wants the weather.</think>Checking.<|tool_call_start|>[get_weather(
+    city="Paris", days=3), get_time(zone='CET')]<|tool_call_end|>
+
+(one line, as the model writes it). The list holds calls in Python's syntax: a name (dotted
+names such as `Calendar.create_event` too), then keyword arguments whose values are Python
+literals (strings in either quote, numbers, `True` / `False` / `None`, lists, tuples, dicts),
+JSON's `true` / `false` / `null` too (LFM2.5's template writes a dict argument with `tojson`).
+Each value is parsed on its own with `ast.parse(..., mode="eval")` and read with
+`ast.literal_eval` (never evaluated), after JSON's three words are turned into constants and
+sets into lists (JSON has no set; source order is kept). The calls stream one by one (`follow`
+hands the next one of the list to the parser), each argument as soon as its value is complete.
+A list element may also be a JSON object `{"name": …, "arguments": …}` (what LFM2 writes when
+its system prompt asks for JSON calls), read by the Hermes JSON scanner.
+
+The three LFM templates (LFM2-8B-A1B, LFM2.5-8B-A1B, LFM2.5-Instruct) differ in what they show
+the model (tool lists between `<|tool_list_start|>` tokens or plain `List of tools: [`; past
+calls rendered or left in the content) but not in what the model writes: one family.
+
+Choices where the other servers differ: a value is typed by its literal, except that a bare
+word (`city=Paris`, `zip=02134`, `city=42`) for a parameter whose schema allows a string but
+not what the word reads as is kept as that text (a repair: `repaired_call`, "unquoted
+string"; SGLang drops such a call, llama.cpp's grammar never writes one); a raw newline inside a
+one-line string is read as `\\n` (a repair, "raw newline in a string", as SGLang escapes it);
+positional arguments, `**kwargs`, a repeated argument and values that are not literals make the
+call malformed (text, `malformed_call`), not a call with arguments missing; a keyword that is a
+Python keyword (`from=1`) is an argument like any other (SGLang renames it around `ast`); the
+answer may go on after `<|tool_call_end|>` (llama.cpp's grammar ends the turn there); a list
+whose calls are complete is accepted at the end of output without `<|tool_call_end|>`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+from engine.parse.families import hermes_json
+from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
+from engine.parse.families.framed import FramedBody, word_then
+from engine.parse.families.granite import JsonElement
+from engine.parse.families.registry import CallGrammar, Family, register, think_writer
+from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
+from engine.parse.schema import STRING, fits, param_types
+
+NAME = "lfm2"
+CALL_START = "<|tool_call_start|>"
+CALL_END = "<|tool_call_end|>"
+TOOL_LIST = "<|tool_list_start|>"
+_NAME_CHARS = "_-."
+_KEY_CHARS = "_-"
+_MAX_DEPTH = 64
+UNQUOTED = "unquoted string"  # repairs (repaired_call's text)
+RAW_NEWLINE = "raw control character in a string"
+NO_CLOSE = "no ]"
+LEADING_ZERO = "zero-padded integer"
+
+MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (CALL_START,))
+PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, CALL_START, CALL_END)
+
+_BEGIN, _ELEM, _JSON, _NAME, _PAREN, _KEY, _EQ, _VALUE, _DELIM, _AFTER, _END = range(11)
+
+# What the value scanner stops at: outside a string, quotes, brackets and the comma; inside a
+# string, its quote character and a backslash (and, for `normalize`, raw line ends).
+_CODE = re.compile(r"""['"()\[\]{},]""")
+_IN = {q: re.compile("[" + re.escape(q) + r"\\]") for q in ("'", '"')}
+_STOP = {q: re.compile("[" + re.escape(q) + r"\\\n\r\x00]") for q in ("'", '"')}
+_CONTROL = {"\n": "\\n", "\r": "\\r", "\x00": "\\x00"}
+_VALID_ESCAPES = frozenset("\\'\"abfnrtv\n\r")
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_HEX = {"x": 2, "u": 4, "U": 8}
+_QUOTE = re.compile("['\"]")
+_BARE = re.compile(r"[A-Za-z0-9_.+\-]+")  # a word the model left unquoted
+_PADDED = re.compile(r"[+-]?0+[0-9]+")  # 07: an integer Python refuses
+_NUMBERS = frozenset({"integer", "number"})
+_JSON_WORDS = {"true": True, "false": False, "null": None}
+
+
+def match_opener(text: str, i: int) -> Match:
+    """`[` then (after whitespace) a call `NAME(` or a JSON object whose first key is "name";
+    or that call or object alone."""
+    n = len(text)
+    if i >= n:
+        return PREFIX
+    if text[i] == "[":
+        i = skip_ws(text, i + 1)
+        if i < 0:
+            return NONE
+        if i == n:
+            return PREFIX
+    if text[i] == "{":
+        return hermes_json.match_opener(text, i)
+    return word_then(text, i, _NAME_CHARS, ("(",), gap=True)
+
+
+# --- values -------------------------------------------------------------------------------------
+
+
+class _Literals(ast.NodeTransformer):
+    """JSON's `true` / `false` / `null` as constants, sets as lists (in source order)."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in _JSON_WORDS:
+            return ast.copy_location(ast.Constant(_JSON_WORDS[node.id]), node)
+        return node
+
+    def visit_Set(self, node: ast.Set) -> ast.AST:
+        self.generic_visit(node)
+        return ast.copy_location(ast.List(node.elts, ast.Load()), node)
+
+
+_NOT = object()  # "not a literal" (None is one)
+
+
+def literal(text: str):
+    """`text` read as one Python literal made of JSON values (tuples and sets become lists,
+    keys become strings as json.dumps writes them), or _NOT."""
+    try:
+        node = _Literals().visit(ast.parse(text.strip(), mode="eval").body)
+        value = ast.literal_eval(node)
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return _NOT
+
+
+def typed(text: str, types: frozenset[str] | None) -> tuple[object, str | None]:
+    """A value's text as its parameter takes it: (value, the repair it needed or None). Raises
+    ValueError when it is no value.
+
+    A literal that fits the schema (or any literal, without one) is the value. A bare word
+    the schema types as a string is that text (`city=Paris`, `city=42`, `zip=02134`); a
+    zero-padded integer (`month=07`, not Python) is the integer where a number goes or no
+    schema says; any other bare word without a schema is its text."""
+    value = literal(text)
+    if value is not _NOT and (types is None or fits(value, types)):
+        return value, None
+    word = text.strip()
+    bare = _BARE.fullmatch(word) is not None
+    if bare and types is not None and STRING in types:
+        return word, UNQUOTED
+    if value is _NOT and _PADDED.fullmatch(word) and (types is None or types & _NUMBERS):
+        return int(word), LEADING_ZERO
+    if value is _NOT and bare and types is None:
+        return word, UNQUOTED
+    if value is _NOT:
+        raise ValueError("not a Python literal: " + word[:40])
+    return value, None
+
+
+def normalize(text: str) -> tuple[str, bool]:
+    """A value's text made parseable without a warning and its value unchanged: in a string, a
+    backslash that starts no escape is doubled (Python keeps it, with a warning: `"\\d"` is
+    `\\d`), and a raw line end in a one-line string becomes its escape (Python refuses it;
+    models write it). Returns the text and whether it held such a line end (a repair). An octal
+    escape past `\\377` raises ValueError (Python would warn, then read it)."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    quote, raw, line_end = "", False, False
+    while i < n:
+        if not quote:
+            m = _QUOTE.search(text, i)
+            j = m.start() if m else n
+            out.append(text[i:j])
+            if j >= n:
+                break
+            c = text[j]
+            quote = c * 3 if text.startswith(c * 3, j) else c
+            k = j
+            while k > 0 and text[k - 1].isalpha():
+                k -= 1
+            raw = "r" in text[k:j].lower()
+            out.append(quote)
+            i = j + len(quote)
+            continue
+        m = _STOP[quote[0]].search(text, i)
+        j = m.start() if m else n
+        out.append(text[i:j])
+        if j >= n:
+            break
+        c = text[j]
+        if c == "\\":
+            i = _escape(text, j, raw, out)
+        elif c in _CONTROL:
+            if len(quote) == 1 or c == "\x00":
+                line_end = True
+                c = _CONTROL[c]
+            out.append(c)
+            i = j + 1
+        elif text.startswith(quote, j):
+            out.append(quote)
+            i = j + len(quote)
+            quote = ""
+        else:
+            out.append(c)
+            i = j + 1
+    return "".join(out), line_end
+
+
+def _escape(text: str, j: int, raw: bool, out: list[str]) -> int:
+    """The backslash at text[j] inside a string, written to `out`; returns where to go on."""
+    d = text[j + 1 : j + 2]
+    if raw or (d and d in _VALID_ESCAPES):
+        out.append(text[j : j + 2])
+        return j + 2
+    if d and d in "01234567":
+        k = j + 1
+        while k < min(len(text), j + 4) and text[k] in "01234567":
+            k += 1
+        if int(text[j + 1 : k], 8) > 0o377:
+            raise ValueError("octal escape out of range")
+        out.append(text[j:k])
+        return k
+    width = _HEX.get(d, 0)
+    digits = text[j + 2 : j + 2 + width]
+    if width and len(digits) == width and all(ch in _HEX_DIGITS for ch in digits):
+        out.append(text[j : j + 2 + width])
+        return j + 2 + width
+    if d == "N" and text.startswith("{", j + 2):
+        out.append(text[j : j + 2])
+        return j + 2
+    out.append("\\\\")  # no escape: the backslash is kept, as Python keeps it
+    return j + 1
+
+
+# --- the reader ---------------------------------------------------------------------------------
+
+
+class CallParser(FramedBody):
+    def __init__(self, schemas: dict, stream: bool) -> None:
+        super().__init__(schemas, stream)
+        self._st = _BEGIN
+        self._list = False  # a `[` opened the calls
+        self._more = False  # a `,` followed this call: the next one continues the list
+        self._key = ""
+        self._parts: list[str] = []  # the value's text read so far
+        self._depth = 0  # open brackets in the value
+        self._quote = ""  # the open string's quote (', ", ''' or """), "" outside strings
+
+    def follow(self) -> CallParser | None:
+        """The reader of the list's next call, when one follows this one."""
+        if not self._more:
+            return None
+        nxt = CallParser(self.schemas, self.stream)
+        nxt._st, nxt._list = _ELEM, True
+        return nxt
+
+    def _run(self, eof: bool) -> None:
+        while not (self.done or self.error):
+            st = self._st
+            if st == _BEGIN:
+                if not self._ws():
+                    return
+                if self._buf[0] == "[":
+                    self._eat(1)
+                    self._list = True
+                self._st = _ELEM
+            elif st == _ELEM:
+                if not self._ws():
+                    return
+                if self._buf[0] == "{":
+                    self._json = JsonElement(self.schemas, self.stream)
+                    self._json_at = self._pos
+                    self._st = _JSON
+                else:
+                    self._st = _NAME
+            elif st == _JSON:
+                if not self._sub(eof):
+                    return
+                self._st = _AFTER
+            elif st == _NAME:
+                word = self._word(_NAME_CHARS)
+                if not word:
+                    return
+                self.name = word
+                self._st = _PAREN
+            elif st == _PAREN:
+                if not self._ws():
+                    return
+                if not self._expect("("):
+                    return
+                self._start(self.name)
+                self._st = _KEY
+            elif st == _KEY:
+                if not self._ws():
+                    return
+                if self._buf[0] == ")":
+                    self._eat(1)
+                    self._close_args()
+                    continue
+                if not self._read_key():
+                    return
+            elif st == _EQ:
+                if not self._ws():
+                    return
+                b = self._buf
+                if b[0] != "=":
+                    self._fail("expected = after " + self._key)
+                    return
+                if len(b) < 2 and not eof:
+                    return  # `=` or `==`
+                if b[1:2] == "=":
+                    self._fail("expected = after " + self._key)
+                    return
+                self._eat(1)
+                self._st = _VALUE
+            elif st == _VALUE:
+                if not self._scan_value(eof):
+                    return
+            elif st == _DELIM:  # the `,` or `)` that ended a value
+                c = self._buf[0]
+                self._eat(1)
+                if c == ")":
+                    self._close_args()
+                else:
+                    self._st = _KEY
+            elif st == _AFTER:
+                self._after_call(eof)
+                if self._st == _AFTER:
+                    return
+            else:
+                self._close(CALL_END, eof)
+                return
+
+    # -- a keyword argument ------------------------------------------------------------------
+
+    def _read_key(self) -> bool:
+        b = self._buf
+        if not (b[0].isalpha() or b[0] == "_"):
+            what = "**kwargs" if b[0] == "*" else "a positional argument"
+            self._fail(f"{what} in a call (keyword arguments only)")
+            return False
+        word = self._word(_KEY_CHARS)
+        if not word:
+            return False
+        if word in self.arguments:
+            self._fail("argument repeated: " + word)
+            return False
+        self._key = word
+        self._st = _EQ
+        return True
+
+    def _scan_value(self, eof: bool) -> bool:
+        """Scan the value's text up to the `,` or `)` that ends it (outside strings and
+        brackets); True once it is read and stored. What is scanned moves from the buffer to
+        `_parts` as it comes (a long string costs linear time); only an undecided quote or
+        escape at the buffer's end waits there."""
+        b = self._buf
+        n = len(b)
+        i = 0
+        quote, depth = self._quote, self._depth
+        end = -1
+        while i < n:
+            if quote:
+                m = _IN[quote[0]].search(b, i)
+                if m is None:
+                    i = n
+                    break
+                j = m.start()
+                c = b[j]
+                if c == "\\":
+                    if j + 1 >= n:
+                        i = j  # the escaped character has not come yet
+                        break
+                    i = j + 2
+                elif len(quote) == 1:
+                    quote = ""
+                    i = j + 1
+                elif b.startswith(quote, j):
+                    quote = ""
+                    i = j + 3
+                elif j + 3 > n and quote.startswith(b[j:]) and not eof:
+                    i = j  # the closer may be arriving
+                    break
+                else:
+                    i = j + 1
+                continue
+            m = _CODE.search(b, i)
+            if m is None:
+                i = n
+                break
+            j = m.start()
+            c = b[j]
+            if c in "'\"":
+                if j + 3 > n and b[j:] == c * (n - j) and not eof:
+                    i = j  # "" or """: the next character decides
+                    break
+                quote = c * 3 if b.startswith(c * 3, j) else c
+                i = j + len(quote)
+            elif c in "([{":
+                depth += 1
+                if depth > _MAX_DEPTH:
+                    self._fail("value nested too deep")
+                    return False
+                i = j + 1
+            elif depth:
+                if c != ",":
+                    depth -= 1
+                i = j + 1
+            elif c in "]}":
+                self._fail(f"unbalanced {c} in the value of {self._key}")
+                return False
+            else:  # `,` or `)` at the call's own level: the value ends
+                end = j
+                break
+        self._quote, self._depth = quote, depth
+        if end < 0:
+            if i:
+                self._parts.append(b[:i])
+                self._eat(i)
+            return False
+        text = "".join(self._parts) + b[:end]
+        self._parts.clear()
+        self._eat(end)
+        try:
+            line_end = False
+            if "\\" in text or "\n" in text or "\r" in text or "\x00" in text:
+                text, line_end = normalize(text)
+            value, repair = typed(text, param_types(self.schemas, self.name, self._key))
+        except ValueError as e:
+            self._fail(f"bad value of {self._key}: {e}")
+            return False
+        if repair:
+            self.repaired(repair)
+        if line_end:
+            self.repaired(RAW_NEWLINE)
+        if self.stream:
+            head = "{" if not self.arguments else ", "
+            self.out.append(("args", f"{head}{json.dumps(self._key)}: {json.dumps(value)}",
+                             self._pos))
+        self.arguments[self._key] = value
+        self._st = _DELIM
+        return True
+
+    def _close_args(self) -> None:
+        if self.stream:
+            self.out.append(("args", "}" if self.arguments else "{}", self._pos))
+        self._st = _AFTER
+
+    # -- after a call: the list goes on, ends, or is left open ----------------------------------
+
+    def _after_call(self, eof: bool) -> None:
+        if not self._list:
+            self._st = _END
+            return
+        if self._close_at < 0:
+            self._close_at = self._pos
+        if not self._ws():
+            if eof:  # the output ended inside the list: its calls are whole
+                self.done, self.end = True, self._close_at
+            return
+        c = self._buf[0]
+        if c in ",]":
+            self._eat(1)
+            self._close_at = -1
+            if c == "]":
+                self._st = _END
+            else:
+                self._more = True
+                self.done, self.end = True, self._pos
+            return
+        m = match_literal(self._buf, 0, CALL_END)
+        if m == PREFIX and not eof:
+            return
+        self.repaired(NO_CLOSE)
+        if m == FULL:
+            self._eat(len(CALL_END))
+            self.done, self.end = True, self._pos
+        else:
+            self.done, self.end = True, self._close_at
+        self._close_at = -1
+
+
+__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "literal", "match_opener",
+           "typed"]
+
+
+# --- writer and grammar -------------------------------------------------------------------------
+
+
+def write_value(v) -> str:
+    """A value as a Python literal the reader takes back: strings in JSON's quoting (a JSON
+    string is a Python string literal), `True` / `False` / `None`, lists and dicts nested."""
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if v is True or v is False or v is None:
+        return repr(v)
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {write_value(x)}"
+                               for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(write_value(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+def _write_call(call, index: int) -> str:
+    args = ", ".join(f"{k}={write_value(v)}" for k, v in call.arguments.items())
+    return f"{call.name}({args})"
+
+
+def _kwargs(items: list[tuple[str, bool]]) -> str:
+    """`items` (expression, required) in order, joined by ", ", the optional ones omissible:
+    each alternative starts at one of the items up to the first required one."""
+    alts = []
+    for k, (first, _) in enumerate(items):
+        rest = " ".join(f'(", " {e})' + ("" if req else "?") for e, req in items[k + 1:])
+        alts.append(f"{first} {rest}".strip())
+        if items[k][1]:
+            break
+    else:
+        alts.append('""')
+    return "(" + " | ".join(alts) + ")"
+
+
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer): each declared property
+    as `key=` then JSON by its schema (JSON is a Python literal to the reader, `true` and
+    `null` included)."""
+    items, required = w.props(fn)
+    if items:
+        args = _kwargs([(f"{w.lit(k + '=')} {w.json(s, f'{w.prefix}{i}-p{j}', {})}",
+                         k in required) for j, (k, s) in enumerate(items)])
+    else:
+        key = f"{w.prefix}-lkey"
+        w.rules[key] = "[A-Za-z_] [A-Za-z0-9_]{0,63}"
+        value = w.json({}, f"{w.prefix}{i}-any", {})
+        args = f'({key} "=" {value} (", " {key} "=" {value})*)?'
+    return f"{w.seq(fn['name'] + '(')} {args} {w.seq(')')}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="LFM2, LFM2.5 (Liquid AI)", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=think_writer(_write_call, calls_open=CALL_START + "[", calls_sep=", ",
+                        calls_close="]" + CALL_END, before_calls=""),
+    detect=(CALL_START, TOOL_LIST, "List of tools: ["), stops=("<|im_end|>",),
+    preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="lfm2",
+    grammar=CallGrammar(_grammar_call, open=CALL_START + "[", sep=", ",
+                        close="]" + CALL_END),
+))

@@ -1,0 +1,113 @@
+"""MiniMax-M1: `<think>` reasoning and a `<tool_calls>` section of JSON calls, one per line.
+
+Owns the family's markers, the reader of one call and its writer. Run by whichever thread
+drives the parser.
+
+    <think>
+    The user wants the weather.
+    </think>
+
+    Checking.
+    <tool_calls>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    {"name": "get_weather", "arguments": {"city": "Lyon"}}
+    </tool_calls>
+
+What MiniMax-M1's template (MiniMax-M1.jinja) writes: turns as
+`<beginning_of_sentence>ROLE name=…\n…<end_of_sentence>\n`, the tools as JSON lines in a
+`tool_setting=tools` system turn, a call list as `<tool_calls>\n` then one
+`{"name": …, "arguments": …}` line per call, then `</tool_calls>`; its generation prompt is
+`<beginning_of_sentence>ai name=assistant\n` and never opens the reasoning: the model writes
+`<think>` itself (it always thinks). Each object is read by the Hermes JSON scanner
+(engine/parse/families/hermes_json.py), so a `}` or `</tool_calls>` inside a string never ends
+it; after an object, a `{` continues the section (`follow`, the next call) and
+`</tool_calls>` ends it.
+
+Choices where the other servers differ: a section inside the reasoning is a call only where
+Prism's rule 3 says (at a line start, unquoted: an implicit end of the reasoning); vLLM's
+`minimax` parser drops every `<tool_calls>` section found between `<think>` and `</think>`.
+vLLM reads only lines that begin with `{` and end with `}` and skips any other line of the
+section silently; here an object may span lines (vLLM: "multiline JSON not supported"), and a
+line that is not a call ends the section, coming back as text with `malformed_call` (never
+dropped silently). vLLM keeps only objects with both "name" and "arguments"; here a missing
+"arguments" is `{}` (and "parameters" is read too, as Hermes JSON does). The answer after the
+section is text (vLLM drops what follows `<tool_calls>`). A section without `</tool_calls>` is
+accepted at the end of output, as vLLM's and llama.cpp's readers do.
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine.parse.families import hermes_json
+from engine.parse.families.common import FULL, NONE, WS, Match, match_literal
+from engine.parse.families.registry import CallGrammar, Family, register, think_writer
+from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
+
+NAME = "minimax-m1"
+SECTION = "<tool_calls>"
+SECTION_END = "</tool_calls>"
+
+MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION,))
+PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, SECTION, SECTION_END)
+
+
+def match_opener(text: str, i: int) -> Match:
+    """After `<tool_calls>` and whitespace: `{`, whitespace, then `"name"`."""
+    return hermes_json.match_opener(text, i)
+
+
+class CallParser(hermes_json.CallParser):
+    """One JSON call of the section; `follow` reads the next one when a `{` comes after it."""
+
+    def __init__(self, schemas: dict, stream: bool) -> None:
+        super().__init__(schemas, stream)
+        self._more = False  # a `{` followed: the next call of the section is read at once
+
+    def follow(self) -> CallParser | None:
+        return CallParser(self.schemas, self.stream) if self._more else None
+
+    def _after(self, ch: str) -> bool:
+        """After the object: whitespace (skipped, never kept: linear cost), then `{` (the next
+        call), `</tool_calls>` (consumed: the section ends) or anything else (the call ends at
+        its object and the text is the answer's again)."""
+        if not self._tail:
+            if ch in WS:
+                return False
+            if ch == "{":  # the whitespace before it is this call's
+                self._more = True
+                self.done, self.end = True, self._pos - 1
+                return True
+        self._tail += ch
+        m = match_literal(self._tail, 0, SECTION_END)
+        if m == FULL:
+            self.done, self.end = True, self._pos
+        elif m == NONE:
+            self.done, self.end = True, self._obj_end
+        return self.done
+
+
+__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+
+
+def _write_call(call, index: int) -> str:
+    # As the template writes it: '{"name": "' + name + '", "arguments": ' + args|tojson + '}'
+    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+
+
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
+    head = '{"name": ' + json.dumps(fn["name"], ensure_ascii=False) + ', "arguments": '
+    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="MiniMax-M1 (40k, 80k)", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=think_writer(_write_call, calls_open=SECTION + "\n", calls_sep="\n",
+                        calls_close="\n" + SECTION_END),
+    detect=("<beginning_of_sentence>",), stops=("<end_of_sentence>",),
+    preserved_tokens=PRESERVED_TOKENS, thinking=True, pack=NAME,
+    grammar=CallGrammar(_grammar_call, open=SECTION + "\n", sep="\n",
+                        close="\n" + SECTION_END),
+))

@@ -1,0 +1,278 @@
+"""Muse Glimmer: messages addressed by recipient (`to=self` the reasoning, `to=user` the answer,
+`to=NAME` a call), calls written as ATEM `<atem:function_calls>` blocks.
+
+Owns the family's markers, the reader of one call, its writer and its forced-call grammar. Run
+by whichever thread drives the parser.
+
+muse-glimmer.jinja ends the prompt with `<|start|>assistant`; the model names the recipient of
+each message it writes, `<|eom|>` ends a message and `<|start|>assistant` begins the next, and
+`<|eot|>` ends the turn. A reply that thinks, then calls (without the line breaks):
+
+     to=self<|message|>I should look it up.<|eom|><|start|>assistant to=get_weather<|message|>
+    <atem:function_calls>
+    <atem:invoke name="get_weather">
+    <atem:parameter name="city">Paris</atem:parameter>
+    <atem:parameter name="days">2</atem:parameter>
+    </atem:invoke>
+    </atem:function_calls><|eot|>
+
+and one that answers: ` to=user<|message|>It is sunny.<|eot|>`. Each call is a message of its
+own (the template writes `<|eom|><|start|>assistant` between two). A parameter's value is its
+text exactly ("spaces for string values are not stripped"), typed by the tool's schema
+(engine/parse/schema.py): strings and numbers as they are, booleans `true`/`false`, None
+`null`, lists and objects JSON. The leading space of the first recipient continues the prompt:
+it goes with the tag it opens (`Markers.lead_ws`). `<|eom|>` in the answer ends a message
+(markup); so does everything of the message frame (`<|start|>assistant`, ` to=user<|message|>`).
+
+Detected by `<atem:function_calls>` (or `to=self<|message|>`), which no Harmony template has:
+gpt-oss's `<|channel|>` is not in this one, so neither family takes the other's templates.
+
+Choices where the other servers differ: a call's name is its invoke's, not the recipient's
+(vLLM reads only the block; the recipient is not checked against it); an `<atem:function_calls>`
+block (or an `<atem:invoke name="`) without a recipient message around it is a call too, as in
+vLLM, unless quoted; several invokes in one block are several calls; a name written twice over
+(`get_weather.get_weather`, the tool's namespace and itself) is the declared tool's, counted as
+a repair (as SGLang's detector normalises it); values are typed by the schema, and without one
+as JSON, then the raw text (vLLM types an unknown one as a string); the recipient's own text
+and header (`<|message|>`) are the call's markup; `&quot;` / `&amp;` in an invoke's or a
+parameter's name are read back (vLLM's grammar escapes them; the template writes names as they
+are, and so does the writer).
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
+from engine.parse.families.framed import FramedBody, name_at
+from engine.parse.families.registry import CallGrammar, Family, Writer, register
+from engine.parse.markers import Markers
+from engine.parse.schema import convert, param_types
+
+NAME = "muse-glimmer"
+START = "<|start|>"
+MESSAGE = "<|message|>"
+EOM, EOT, END_OF_TEXT = "<|eom|>", "<|eot|>", "<|end_of_text|>"
+HEADER = START + "assistant"
+TO = "to="
+SELF = TO + "self" + MESSAGE
+USER = TO + "user" + MESSAGE
+CALLS = "<atem:function_calls>"
+CALLS_END = "</atem:function_calls>"
+INVOKE = '<atem:invoke name="'
+INVOKE_END = "</atem:invoke>"
+PARAM = '<atem:parameter name="'
+PARAM_END = "</atem:parameter>"
+NAME_CHARS = "_-.:"
+NEXT = EOM + HEADER  # a message ends, the next begins
+
+MARKERS = Markers(
+    think_open=SELF,
+    think_close=EOM,
+    calls=(TO, CALLS, INVOKE),
+    # `<|start|>assistant ` with its space first: the recipient after it is a tag of its own.
+    markup=(HEADER + " ", HEADER, USER, EOM, EOT, END_OF_TEXT),
+    reopen=True,
+    lead_ws=True,
+)
+PRESERVED_TOKENS = (START, MESSAGE, EOM, EOT, END_OF_TEXT, CALLS, CALLS_END, "<atem:invoke",
+                    INVOKE_END, "<atem:parameter", PARAM_END)
+
+_MAX_NAME = 256
+_BEGIN, _HEADER, _CALLS, _INVOKE, _NAME, _NAME_END, _PARAMS, _KEY, _VALUE, _AFTER = range(10)
+
+
+def match_opener(text: str, i: int) -> Match:
+    """After `to=`: a recipient, `<|message|>`, then (after whitespace) `<atem:function_calls>`;
+    after the block's opener: `<atem:invoke name="`; after that opener: `NAME"`."""
+    m = match_literal(text, i, INVOKE)
+    if m != NONE:
+        return m
+    m, j = name_at(text, i, NAME_CHARS)
+    if m != FULL:
+        return m
+    m = match_literal(text, j, '">')
+    if m != NONE:  # an invoke's name
+        return m
+    m = match_literal(text, j, MESSAGE)
+    if m != FULL:
+        return m
+    j = skip_ws(text, j + len(MESSAGE))
+    if j < 0:
+        return NONE
+    return match_literal(text, j, CALLS)
+
+
+def unescape(s: str) -> str:
+    return s.replace("&quot;", '"').replace("&amp;", "&")
+
+
+class CallParser(FramedBody):
+    """One invoke, read after `to=` (the recipient, its header and the block's opener first),
+    after the block's opener, or after an invoke's opener."""
+
+    def __init__(self, schemas: dict, stream: bool) -> None:
+        super().__init__(schemas, stream)
+        self._st = _BEGIN
+        self._key = ""
+        self._val: list[str] = []
+        self._nparams = 0
+
+    def _run(self, eof: bool) -> None:
+        while not (self.done or self.error):
+            st = self._st
+            if st == _BEGIN:
+                if not self._ws():
+                    return
+                m = self._lit(INVOKE)
+                if m == PREFIX:
+                    return
+                if m == FULL:
+                    self._st = _NAME
+                    continue
+                m = match_literal(self._buf, self._name_end(), '">')
+                if m == PREFIX:
+                    return
+                if m == FULL:
+                    self._st = _NAME  # the body began at the invoke's name
+                    continue
+                if self._word(NAME_CHARS) is None:  # the recipient
+                    return
+                if not self.error:
+                    self._st = _HEADER
+            elif st == _HEADER:
+                if not self._ws() or not self._expect(MESSAGE):
+                    return
+                self._st = _CALLS
+            elif st == _CALLS:
+                if not self._ws() or not self._expect(CALLS):
+                    return
+                self._st = _INVOKE
+            elif st == _INVOKE:
+                if not self._ws() or not self._expect(INVOKE):
+                    return
+                self._st = _NAME
+            elif st == _NAME:
+                name = self._until('"', _MAX_NAME)
+                if not name:
+                    return
+                name = unescape(name)
+                if not name.strip() or any(c in name for c in "<>\n"):
+                    self._fail("bad function name")
+                    return
+                self._start(self._declared(name))
+                self._st = _NAME_END
+            elif st == _NAME_END:
+                if not self._expect(">"):
+                    return
+                self._st = _PARAMS
+            elif st == _PARAMS:
+                if not self._ws():
+                    return
+                m = self._lit(PARAM)
+                if m == FULL:
+                    self._st = _KEY
+                    continue
+                m2 = self._lit(INVOKE_END)
+                if m2 == FULL:
+                    self._emit_args("}" if self._nparams else "{}")
+                    self._st = _AFTER
+                    continue
+                if PREFIX in (m, m2):
+                    return
+                self._fail("expected " + PARAM)
+            elif st == _KEY:
+                key = self._until('">', _MAX_NAME)
+                if not key:
+                    return
+                key = unescape(key)
+                if not key.strip() or "\n" in key:
+                    self._fail("bad parameter name")
+                    return
+                self._key = key
+                self._st = _VALUE
+            elif st == _VALUE:
+                raw = self._upto(PARAM_END, self._val)
+                if raw is None:
+                    return
+                self._value(raw)
+                self._st = _PARAMS
+            else:
+                self._close(CALLS_END, eof)
+                return
+
+    def _name_end(self) -> int:
+        """Where a name at the start of the buffer ends (its length; the buffer's when it may
+        go on)."""
+        b = self._buf
+        k = 0
+        while k < len(b) and (b[k].isalnum() or b[k] in NAME_CHARS):
+            k += 1
+        return k
+
+    def _declared(self, name: str) -> str:
+        """The name, or the declared tool that `NS.NS` (its namespace, then itself) names."""
+        schemas = self.schemas
+        if schemas and name not in schemas:
+            head, dot, tail = name.partition(".")
+            if dot and head == tail and head in schemas:
+                self.repaired("namespaced name")
+                return head
+        return name
+
+    def _emit_args(self, text: str) -> None:
+        if self.stream:
+            self.out.append(("args", text, self._pos))
+
+    def _value(self, raw: str) -> None:
+        key = self._key
+        if key in self.arguments:  # a repeat: the first value stays
+            return
+        value, repaired = convert(raw, param_types(self.schemas, self.name, key))
+        if repaired:
+            self.repaired("Python literal")
+        self.arguments[key] = value
+        sep = "{" if not self._nparams else ", "
+        self._emit_args(f"{sep}{json.dumps(key)}: {json.dumps(value)}")
+        self._nparams += 1
+
+
+__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
+
+
+# --- the writer ---------------------------------------------------------------------------------
+
+
+def _write_value(v) -> str:
+    """A value as the template writes it: a string as is, booleans and None as JSON words,
+    lists and objects as JSON."""
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+
+def _write_call(call, index: int) -> str:
+    params = "".join(f'{PARAM}{k}">{_write_value(v)}{PARAM_END}\n'
+                     for k, v in call.arguments.items())
+    return (f" {TO}{call.name}{MESSAGE}{CALLS}\n{INVOKE}{call.name}\">\n{params}{INVOKE_END}\n"
+            f"{CALLS_END}")
+
+
+def _grammar_call(w, i: int, fn: dict) -> str:
+    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer): the recipient message
+    and its block, the declared parameters in order (a string raw, anything else JSON)."""
+    name = fn["name"]
+    params = w.tagged(i, fn, PARAM, lambda raw: '">', PARAM_END + "\n", PARAM_END)
+    head = f' {TO}{name}{MESSAGE}{CALLS}\n{INVOKE}{name}">\n'
+    return f"{w.seq(head)} {params} {w.seq(INVOKE_END + chr(10) + CALLS_END)}"
+
+
+FAMILY = register(Family(
+    name=NAME, models="Muse Glimmer", markers=MARKERS, match_opener=match_opener,
+    call_parser=CallParser,
+    writer=Writer(_write_call, reasoning_open=" " + SELF, reasoning_close=NEXT,
+                  answer_open=" " + USER, before_calls=NEXT, calls_sep=NEXT),
+    detect=(CALLS, SELF), stops=(EOT, END_OF_TEXT), never_stops=(EOM,),
+    preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="muse-glimmer",
+    repairs_history=False,
+    tag_forms=(r"</?atem:[a-z_]+[^<>\n]*>",),
+    grammar=CallGrammar(_grammar_call, sep=NEXT),
+))
