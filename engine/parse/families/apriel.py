@@ -12,10 +12,11 @@ drives the parser.
 
 The reasoning has no opening tag of its own: Apriel 1.5 begins every reply with "Here are my
 reasoning steps:" (consumed as its opener at the start of the output), Apriel 1.6's template
-writes it as the generation prompt (the reply starts in reasoning). `[BEGIN FINAL RESPONSE]` (one
-token of Apriel's vocabulary, as vLLM reads it) ends the reasoning; `[END FINAL RESPONSE]`, which 1.5 writes after its answer,
-is markup. Each object of the list is its own call (engine/parse/families/json_calls.py), the
-last one consuming `]</tool_calls>`. The turn ends with `<|end|>`.
+writes it as the generation prompt (the reply starts in reasoning). `[BEGIN FINAL RESPONSE]`
+(one token of Apriel's vocabulary, as vLLM reads it) ends the reasoning; `[END FINAL
+RESPONSE]`, which 1.5 writes after its answer, is markup. Each object of the list is its own
+call (engine/parse/families/json_calls.py), the last one consuming `]</tool_calls>`. The turn
+ends with `<|end|>`.
 
 Detected by `[BEGIN FINAL RESPONSE]`, in both Apriel templates and in no other (MiniMax-M1's
 calls are also in `<tool_calls>`, one object per line: its template never writes this
