@@ -217,6 +217,9 @@ class FramedBody(CallBody):
         js = self._json
         piece = self._buf
         fed_at = self._pos
+        if getattr(self, "_fed_to", None) is not js:  # a new sub-reader: what it was fed
+            self._fed_to, self._fed = js, []
+        self._fed.append(piece)
         js.feed(piece)
         if eof and not (js.done or js.error):
             js.finish()
@@ -232,7 +235,10 @@ class FramedBody(CallBody):
             self._buf, self._pos = "", fed_at + len(piece)
             return False
         end = base + js.end
-        self._buf = piece[end - fed_at :]
+        # The sub-reader may end before this piece (it looked ahead over whitespace fed in
+        # earlier chunks): the rest is what it was fed after its end, whatever the chunking.
+        self._buf = piece[end - fed_at :] if end >= fed_at else "".join(self._fed)[js.end :]
+        self._fed_to = None
         self._pos = end
         self.arguments = js.arguments
         if js.name is not None:

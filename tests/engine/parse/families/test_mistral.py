@@ -11,10 +11,12 @@ import pytest
 
 from engine.chat.request import Message
 from engine.chat.template import ChatTemplate
+from engine.parse.events import result_of
 from engine.parse.families import mistral
+from engine.parse.parser import OutputParser
 from tests.engine.parse.family_harness import read_all_ways
 from tests.engine.parse.family_rules import RULES, Family
-from tests.engine.parse.parser_harness import parse_all_ways
+from tests.engine.parse.parser_harness import anomalies, parse_all_ways
 
 
 def call(name: str, args: dict) -> str:
@@ -112,3 +114,20 @@ def test_a_call_prism_read_renders_back_in_mistrals_own_template(template):
         "type": "object", "properties": {"city": {"type": "string"}}}}}]
     prompt = tpl.render(messages, tools=tools)
     assert call.id in prompt and "get_weather" in prompt
+
+
+def test_whitespace_between_list_objects_split_across_chunks_keeps_every_call():
+    """The older `[TOOL_CALLS][{...}   , {...}]` list: the object reader looks ahead over the
+    whitespace after `}`; when that whitespace came in earlier chunks, the rest of the list
+    was cut from the wrong place and the second call became text (chunks 49, 2, 2, rest)."""
+    text = ('[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}}   , '
+            '{"name": "g", "arguments": {}}]')
+    res = parse_all_ways(text, dialect="mistral", start="content")
+    assert [c.name for c in res.tool_calls] == ["f", "g"] and res.content == ""
+    p = OutputParser(start="content", dialect="mistral")
+    events, at = [], 0
+    for n in (49, 2, 2, len(text)):
+        events += p.feed(text[at:at + n])
+        at += n
+    split = result_of(events + p.finish())
+    assert [c.name for c in split.tool_calls] == ["f", "g"] and not anomalies(split)
