@@ -27,6 +27,8 @@ Where transformers refuses a template that llama.cpp runs, Prism runs it as llam
   into the first user turn: system text, "\n", user text, as llama.cpp's chat.cpp does.
 - `tool_source`: a second template (a GGUF's `tokenizer.chat_template.tool_use`) that renders
   the requests that declare tools, as llama.cpp picks it.
+- A template that reads `functions` or `datetime` without setting them (FireFunction v2) is
+  given them as llama.cpp gives them: the tools as indented JSON, the date (without the time).
 
 Shortcut taken on purpose: unlike transformers, an attribute the sandbox refuses (`__class__`)
 fails the render instead of printing as an empty string; an inspector should say so loudly.
@@ -303,6 +305,15 @@ class ChatTemplate:
         }
         if enable_thinking is not None:
             variables["enable_thinking"] = enable_thinking
+        # What llama.cpp gives a template that reads these without setting them (FireFunction
+        # v2's, which fails without: common_chat_params_init_firefunction_v2): `functions`, the
+        # tools as indented JSON ("" for none), and `datetime`, here today's date only, so that a
+        # prompt stays the same all day (and its cached prefix with it).
+        if "functions" in self._reads and "functions" not in variables:
+            variables["functions"] = (json.dumps([dict(t) for t in tools], indent=2,
+                                                 ensure_ascii=False) if tools else "")
+        if "datetime" in self._reads and "datetime" not in variables:
+            variables["datetime"] = datetime.now().strftime("%b %d %Y")
         # transformers passes tools=None, not [], when a request has none (and `documents=None`
         # always): the variable is defined either way, so `tools is defined` holds and
         # `tools is not none` tells them apart, as in transformers (Llama 3.x, Mistral, Granite).
@@ -317,6 +328,13 @@ class ChatTemplate:
             return _cut_after(rendered, text)
         # Nothing to continue: no text, or reasoning alone that this template does not show.
         return self._render(messages[:-1], tool_list, True, variables)
+
+    @functools.cached_property
+    def _reads(self) -> frozenset[str]:
+        """The variables the template reads and never sets itself (jinja's own analysis)."""
+        from jinja2 import meta
+
+        return frozenset(meta.find_undeclared_variables(_ENV.parse(self.source)))
 
     def _render(self, messages: Sequence[Message], tools: list[dict] | None,
                 add_generation_prompt: bool, variables: dict[str, Any]) -> str:

@@ -23,6 +23,9 @@ reads the rest as one JSON array. Here the opener counts only outside code fence
 code, an element that is not a call comes back as text (`malformed_call`) after the calls
 before it, and text after the list is the answer's (llama.cpp leaves no answer after it); a
 list whose elements are complete is accepted at the end of output without its `]`.
+
+Detected by ` functools[` (as llama.cpp detects it), superseding llama3-json (its Llama 3
+turns). ` functools[` is preserved as llama.cpp preserves it (plain text in the vocabulary).
 """
 
 from __future__ import annotations

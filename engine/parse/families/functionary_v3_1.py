@@ -30,6 +30,11 @@ arguments the template writes there. A call whose arguments are complete is acce
 as llama.cpp accepts a partial closer. Qwen XML's `<function=NAME>` then `<parameter=` is not
 a call of this family (its arguments must be a JSON object); Qwen XML's own reader
 (qwen_xml.py) is untouched.
+
+Detected by its template's instruction (``start_tag => `<function` ``) or version comment
+(`version=v3-llama3.1`): `<function=` alone is in Qwen3-Coder's templates too, and its Llama
+turns would select llama3-json, which this family supersedes. `</function>` is plain text in
+the vocabulary; it is listed with the preserved tokens so that the raw view draws it as a tag.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ outside code fences and inline code, and a bare `NAME\n{` only at the output's s
 prompt's `>>>` left the model). Names are word characters and `_-.` (llama.cpp: `\\w+`). Raw
 python code runs to the end of the output, as in llama.cpp (a `>>>` in it is code: Python's
 own prompt). Text after a call without `>>>all\n` is still the answer's.
+
+Detected by `>>>all` (as llama.cpp detects it), superseding llama3-json (its Llama 3 turns).
 """
 
 from __future__ import annotations

@@ -12,6 +12,13 @@ parser.
 (engine/parse/schema.py): a string parameter keeps its raw text, anything else is JSON, then a
 Python literal, then the raw text.
 
+Ling 3.0 (inclusionai-ling-3.0-flash.jinja) and poolside Laguna (poolside-Laguna-*.jinja) write
+the same calls and are detected as GLM, but end their turns with their own marker: Ling's
+`<|role_end|>`, Laguna's `</assistant>`. GLM's stops (`<|user|>`, `<|observation|>`, the next
+turn's role) are not in those templates, so a pack of one also stops on the end-of-turn marker its
+template writes (engine/chat/packs.py `_stops`); GLM-4.6's stops stay its own. Neither marker is
+written inside a turn.
+
 Choices where the other servers differ: `<tool_call>` is a call only when a name follows and
 then, after whitespace, `<arg_key>` or `</tool_call>` (so prose after `<tool_call>` stays text;
 vLLM takes any text up to the first newline as the name); a call whose pairs are complete is
@@ -75,7 +82,8 @@ def _grammar_call(w, i: int, fn: dict) -> str:
 
 
 FAMILY = register(Family(
-    name=NAME, models="GLM-4.5, 4.6, 4.7", markers=MARKERS, match_opener=match_opener,
+    name=NAME, models="GLM-4.5, 4.6, 4.7 (and Ling 3.0, Laguna)", markers=MARKERS,
+    match_opener=match_opener,
     call_parser=CallParser, writer=think_writer(_write_call),
     detect=(KEY, "[gMASK]<sop>"), supersedes=("qwen-xml", "hermes-json"),
     stops=("<|user|>", "<|observation|>"), preserved_tokens=PRESERVED_TOKENS, thinking=True,

@@ -24,8 +24,10 @@ granite parser reads a list only at the very start of the output and drops the a
 JSON example quoted in backticks or a fence stays text); a bare object after `<|tool_call|>` is
 one call (llama.cpp accepts any JSON there, vLLM only a list); a list left without its `]` is
 accepted at the end of output, and elsewhere repaired (`repaired_call`, "no ]"); `<response>`
-and `</response>` are dropped wherever they stand in the answer (llama.cpp strips them only
-around the answer), never in the reasoning.
+and `</response>` are markup wherever they stand unquoted in the answer (llama.cpp strips them
+only around the answer), text in the reasoning, and the writer does not write them; Granite
+3.1's `<tool_call> [` string form (which vLLM's granite parser also takes) is not read: no
+template here writes it.
 """
 
 from __future__ import annotations

@@ -163,6 +163,7 @@ MARKERS = Markers(
     frame=read_header,
 )
 
+
 def match_opener(text: str, i: int) -> Match:
     """After `to=`: a recipient that is a tool (`functions.NAME`, or a built-in whose header
     reaches `<|message|>`), not a role (`to=assistant`)."""

@@ -22,16 +22,25 @@ The three LFM templates (LFM2-8B-A1B, LFM2.5-8B-A1B, LFM2.5-Instruct) differ in 
 the model (tool lists between `<|tool_list_start|>` tokens or plain `List of tools: [`; past
 calls rendered or left in the content) but not in what the model writes: one family.
 
-Choices where the other servers differ: a value is typed by its literal, except that a bare
-word (`city=Paris`, `zip=02134`, `city=42`) for a parameter whose schema allows a string but
-not what the word reads as is kept as that text (a repair: `repaired_call`, "unquoted
-string"; SGLang drops such a call, llama.cpp's grammar never writes one); a raw newline inside a
-one-line string is read as `\\n` (a repair, "raw newline in a string", as SGLang escapes it);
-positional arguments, `**kwargs`, a repeated argument and values that are not literals make the
-call malformed (text, `malformed_call`), not a call with arguments missing; a keyword that is a
-Python keyword (`from=1`) is an argument like any other (SGLang renames it around `ast`); the
-answer may go on after `<|tool_call_end|>` (llama.cpp's grammar ends the turn there); a list
-whose calls are complete is accepted at the end of output without `<|tool_call_end|>`.
+Choices where the other servers differ: a value is typed by its literal, except that a bare word
+for a parameter whose schema allows a string but not what the word reads as (or that has no
+schema, when the word is no literal) is kept as that text (`city=Paris`, `city=42`, `zip=02134`:
+a repair, `repaired_call` "unquoted string"; SGLang drops such a call, llama.cpp's grammar never
+writes one), and a zero-padded integer (`month=07`, which Python refuses) is the integer where
+the schema takes a number or says nothing ("zero-padded integer", as vLLM and SGLang read it); a
+raw line end or NUL inside a one-line string is read as its escape ("raw control character in a
+string", as SGLang and vLLM escape them), and a backslash that starts no escape is kept (`"\\d"`
+is `\\d`, as Python reads it, without its warning); positional arguments, `**kwargs`, a repeated
+argument and values that are not literals (names where no string goes, expressions, bytes) make
+that call malformed (its text comes back with `malformed_call`, the list's calls before it stay
+calls), never a call with arguments missing; unescaped quotes nested in a string (`command='sed
+-n '1,5p' f'`) are not guessed at (SGLang and vLLM try every closing quote; here the call is
+malformed); a keyword that Python reserves (`from=1`) is an argument like any other (SGLang
+renames it around `ast`); an empty list (`[]`) is text, no call; the answer may go on after
+`<|tool_call_end|>` (llama.cpp's grammar ends the turn there), and a call list the model echoes
+after it stays answer text (vLLM hides it); a list whose calls are complete is accepted at the
+end of output without its closer, and a `<|tool_call_end|>` right after the last call without
+the `]` is repaired ("no ]").
 """
 
 from __future__ import annotations

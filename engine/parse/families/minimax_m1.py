@@ -30,9 +30,16 @@ vLLM reads only lines that begin with `{` and end with `}` and skips any other l
 section silently; here an object may span lines (vLLM: "multiline JSON not supported"), and a
 line that is not a call ends the section, coming back as text with `malformed_call` (never
 dropped silently). vLLM keeps only objects with both "name" and "arguments"; here a missing
-"arguments" is `{}` (and "parameters" is read too, as Hermes JSON does). The answer after the
-section is text (vLLM drops what follows `<tool_calls>`). A section without `</tool_calls>` is
-accepted at the end of output, as vLLM's and llama.cpp's readers do.
+"arguments" is `{}` (and "parameters" is read too, as Hermes JSON does), and a section whose
+first object does not begin with "name" is no call at all (text, as any opener not followed by
+its body). The answer after the section is text (vLLM drops what follows `<tool_calls>`). A
+section without `</tool_calls>` is accepted at the end of output, as vLLM's reader does
+(llama.cpp has no MiniMax-M1 format of its own; SGLang's MiniMax detector reads M2's XML).
+The template never opens the reasoning, so the parser starts in the answer and the model's own
+`<think>` is consumed there.
+
+Detected by the turn marker `<beginning_of_sentence>`, not by `<tool_calls>`, which Apriel's
+templates write too (`<tool_calls>[…]`); MiniMax-M2's `<minimax:tool_call>` stays minimax-xml.
 """
 
 from __future__ import annotations

@@ -36,7 +36,10 @@ a repair (as SGLang's detector normalises it); values are typed by the schema, a
 as JSON, then the raw text (vLLM types an unknown one as a string); the recipient's own text
 and header (`<|message|>`) are the call's markup; `&quot;` / `&amp;` in an invoke's or a
 parameter's name are read back (vLLM's grammar escapes them; the template writes names as they
-are, and so does the writer).
+are, and so does the writer). `<|eom|>` in the answer is a message end, never a stray closer
+(every message ends with it); a `<|start|>assistant` in the reasoning ends it (a new message
+begins: no anomaly), while a bare `to=NAME<|message|>` call there counts only at a line start
+(an implicit end of reasoning).
 """
 
 from __future__ import annotations

@@ -22,11 +22,12 @@ Nemotron 3 Nano (NVIDIA-Nemotron-3-Nano-30B-A3B) writes Qwen3-Coder's XML calls
 detected as qwen-xml. Llama-Nemotron templates write `<TOOLCALL>` lists inside Llama 3 turns:
 this family is tried before llama3-json (`supersedes`), so they are read as the lists they are.
 
-Choices where the other servers differ: text after `</TOOLCALL>` is answer (NVIDIA's vLLM
-plugin keeps only the text before the list, llama.cpp keeps both); a list missing its `[` or
-`]` is read (NVIDIA's plugin adds them), the missing `]` counted as a repair; a list complete at
-the end of output is accepted without `</TOOLCALL>`; the calls stream one by one (the plugin
-does not stream).
+Choices where the other servers differ: text after `</TOOLCALL>` is answer (NVIDIA's vLLM plugin
+keeps only the text before the list, llama.cpp keeps both); the `<think>` block is reasoning
+(vLLM's nemotron_nano_v2 parser leaves it in the content, llama.cpp reads it); a list missing
+its `[` or `]` is read (NVIDIA's plugin adds them), the missing `]` counted as a repair ("no
+]"); a list complete at the end of output is accepted without `</TOOLCALL>`; an element may name
+its arguments first; the calls stream one by one (the plugin does not stream).
 """
 
 from __future__ import annotations

@@ -47,6 +47,12 @@ REAL_SNIPPETS = {
     "mistral": "[INST]{{ m.content }}[/INST][TOOL_CALLS]{{ tc.name }}[ARGS]",
     "gemma4": "{{- '<|turn>model\\n' -}}{{- '<|channel>thought\\n<channel|>' -}}",
     "llama3-json": "<|start_header_id|>assistant<|end_header_id|>\\n\\n<|python_tag|>",
+    # Llama 3 templates too: each supersedes llama3-json
+    "firefunction": "<|start_header_id|>{{ ns.content + ' functools[' + calls | join(', ') }}",
+    "functionary-v3.1": "<|start_header_id|>system<|end_header_id|>start_tag => `<function`",
+    "functionary-v3.2": "<|start_header_id|>{{ '>>>all\\n' + message['content'] }}<|eot_id|>",
+    # <tool_calls> as Apriel's templates write it too: the turn markers decide
+    "minimax-m1": "{{ '<beginning_of_sentence>ai name=assistant\\n<tool_calls>\\n' -}}",
     "lfm2": "{{- '<|tool_call_start|>[' + (calls | join(', ')) + ']<|tool_call_end|>' -}}",
     "granite": "respond only with <|tool_call|> followed by a JSON list of tools used.",
     "nemotron-v2": "{{- '<SPECIAL_11>Assistant\\n' -}}{{- '<TOOLCALL>[' -}}",
@@ -109,6 +115,10 @@ def test_detection_order_comes_from_the_records():
     ("mistral", "[/INST][THINK]", "reasoning"),
     ("mistral", "[/INST][THINK]x[/THINK]", "content"),
     ("llama3-json", "<think>", "content"),  # no reasoning in Llama 3: never starts in it
+    # MiniMax-M1 opens its own <think>: its prompt never leaves it in the reasoning
+    ("minimax-m1", "<beginning_of_sentence>ai name=assistant\n", "content"),
+    ("minimax-m1", "<beginning_of_sentence>ai name=assistant\n<think>\n", "reasoning"),
+    ("functionary-v3.2", "<|start_header_id|>assistant<|end_header_id|>\n\n>>>", "content"),
     ("minimax-xml", "]~b]ai\n<think>\n", "reasoning"),
     ("minimax-m3", "]~b]ai\n<mm:think>", "reasoning"),  # thinking_mode "enabled"
     ("minimax-m3", "]~b]ai\n</mm:think>", "content"),  # "disabled"

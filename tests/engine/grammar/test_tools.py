@@ -246,6 +246,10 @@ def test_required_gives_calls_to_declared_tools(engine, dialect):
 # grammar, and that the family's parser must read as reasoning then the call.
 THOUGHT = "The user wants Paris.\nI call get_weather."
 REASONED = {
+    "lfm2": '</think>\n\n<|tool_call_start|>[search(query="news")]<|tool_call_end|>',
+    "granite": '</think>\n\n<|tool_call|>[{"name": "search", "arguments": {"query": "news"}}]',
+    "nemotron-v2": ('</think>\n\n<TOOLCALL>[{"name": "search", "arguments": {"query": "news"}}]'
+                    "</TOOLCALL>"),
     "qwen-xml": ("</think>\n\n<tool_call>\n<function=search>\n<parameter=query>\nnews\n"
                  "</parameter>\n</function>\n</tool_call>"),
     "harmony": ("<|end|><|start|>assistant<|channel|>commentary to=functions.search "
@@ -304,6 +308,13 @@ def test_reasoning_then_the_call(engine, dialect):
 
 
 TWO_CALLS = {
+    "lfm2": ('<|tool_call_start|>[search(query="news"), get_weather(city="London", days=2)]'
+             "<|tool_call_end|>"),
+    "granite": ('<|tool_call|>[{"name": "search", "arguments": {"query": "news"}}, '
+                '{"name": "get_weather", "arguments": {"city": "London", "days": 2}}]'),
+    "nemotron-v2": ('<TOOLCALL>[{"name": "search", "arguments": {"query": "news"}}, '
+                    '{"name": "get_weather", "arguments": {"city": "London", "days": 2}}]'
+                    "</TOOLCALL>"),
     "llama3-json": ('{"name": "search", "parameters": {"query": "news"}}; '
                     '{"name": "get_weather", "parameters": {"city": "London", "days": 2}}'),
     "kimi-k2": ('<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0'
@@ -382,6 +393,9 @@ def test_required_takes_several_calls_and_a_named_tool_one(engine, dialect):
 # Parallel calls off (OpenAI's `parallel_tool_calls: false`): "required" allows exactly one call,
 # as llama.cpp's server writes `call` rather than `call+`.
 ONE_CALL = {
+    "lfm2": '<|tool_call_start|>[search(query="news")]<|tool_call_end|>',
+    "granite": '<|tool_call|>[{"name": "search", "arguments": {"query": "news"}}]',
+    "nemotron-v2": '<TOOLCALL>[{"name": "search", "arguments": {"query": "news"}}]</TOOLCALL>',
     "llama3-json": '{"name": "search", "parameters": {"query": "news"}}',
     "kimi-k2": ('<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0'
                 '<|tool_call_argument_begin|>{"query": "news"}<|tool_call_end|>'

@@ -58,10 +58,15 @@ def check_invariants(text: str, events) -> None:
             assert ev.text == text[ev.span[0] : ev.span[1]], ev
         if ev.kind == TOOL_CALL:
             streamed_call = False
-    # streamed arguments join to exactly json.dumps(arguments)
-    for ev in events:
+    # streamed arguments join to exactly json.dumps(arguments): those since the call's own
+    # tool_start (a call that failed after it began streaming left its fragments before it,
+    # under the same index: the next call takes that index again)
+    for k, ev in enumerate(events):
         if ev.kind == TOOL_CALL and any(e.kind == TOOL_START for e in events):
-            frags = "".join(e.text for e in events if e.kind == TOOL_ARGS and e.index == ev.index)
+            own = max((j for j in range(k) if events[j].kind == TOOL_START
+                       and events[j].index == ev.index), default=0)
+            frags = "".join(e.text for e in events[own:k]
+                            if e.kind == TOOL_ARGS and e.index == ev.index)
             assert frags == json.dumps(ev.call.arguments), (frags, ev.call.arguments)
 
 

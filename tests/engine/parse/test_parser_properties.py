@@ -122,7 +122,9 @@ FAMILY_PIECES = {
         "<|channel|>final<|message|>", "<|channel|>commentary<|message|>", "<|return|>",
         "<|channel|>commentary to=functions.f <|constrain|>json<|message|>",
         " to=functions.f<|channel|>commentary json<|message|>", "<|channel|>", "<|", "to=",
-        "functions.", '{"a": [1, "x"]}', '{"a": ',
+        "functions.", '{"a": [1, "x"]}', '{"a": ', "<|channel|> final<|message|> ",
+        "<|start|> assistant", "<|channel|>commentary to=assistant", "<|constrain|>",
+        " to=python<|channel|>analysis code<|message|>",
     ],
     "deepseek": [
         "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function",
@@ -133,7 +135,7 @@ FAMILY_PIECES = {
         "<think>", "</think>", "<｜DSML｜function_calls>", '<｜DSML｜invoke name="', 'f">',
         '<｜DSML｜parameter name="', 'a" string="true">', 'b" string="false">', '">',
         "</｜DSML｜parameter>", "</｜DSML｜invoke>", "</｜DSML｜function_calls>", "<｜DSML",
-        "[1]", "null",
+        "[1]", "null", "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>",
     ],
     "glm": [
         "<think>", "</think>", "<tool_call>", "f", "f\n", "<arg_key>", "a", "b", "</arg_key>",
@@ -153,6 +155,7 @@ FAMILY_PIECES = {
     "gemma4": [
         "<|channel>thought", "<channel|>", "<|tool_call>", "call:", "f", "{", "}", "a:",
         '<|"|>', "x", ",", "[1,2]", "true", "<tool_call|>", "<|tool", "<|", '{"a": 1}',
+        "<|channel>",
     ],
     "llama3-json": [
         "<|python_tag|>", '{"name": "f", "parameters": {"a": 1}}', '{"name"', ': "f", ',
@@ -164,6 +167,20 @@ FAMILY_PIECES = {
         "<minimax", "<inv", "[1]", "null",
     ],
 }
+FAMILY_PIECES["lfm2"] = [
+    "<think>", "</think>", "<|tool_call_start|>", "<|tool_call_end|>", "[", "]", "f(", ")",
+    "a=", "b=1", ", ", "'x,)'", '"y"', '"""t"', "True", "null", "{'k': [1]}", "\\", "<|tool",
+]
+FAMILY_PIECES["granite"] = [
+    "<think>", "</think>", "<response>", "</response>", "<|tool_call|>", "[", "]", ", ",
+    '{"name": "f", "arguments": {"a": 1}}', '{"arguments": {}, "name": "f"}', '{"name"',
+    "<|tool", "<resp",
+]
+FAMILY_PIECES["nemotron-v2"] = [
+    "<think>", "</think>", "<TOOLCALL>", "</TOOLCALL>", "[", "]", ", ",
+    '{"name": "f", "arguments": {"a": 1}}', '{"name": "f", "arguments": "{}"}', '{"name"',
+    "<TOOL", "</TOOL",
+]
 SHARED_PIECES = ["```", "`", "\n", "\n\n", " ", "x", "hello world", "é", "{", "}", '"', "<",
                  "42", "[", "]"]
 family_cases = st.sampled_from(sorted(FAMILY_PIECES)).flatmap(lambda d: st.tuples(

@@ -12,17 +12,20 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.chat.detect import detect, start_state
 from engine.chat.packs import resolve_pack
 from engine.chat.request import Message
 from engine.chat.template import ChatTemplate
-from engine.parse.events import ToolCall
+from engine.parse.events import ToolCall, merge, result_of
 from engine.parse.families import REGISTRY
 from engine.parse.families import firefunction as ff
 from tests.engine.parse.family_harness import read_all_ways
 from tests.engine.parse.family_rules import RULES, Family
-from tests.engine.parse.parser_harness import anomalies, parse_all_ways
+from tests.engine.parse.parser_harness import anomalies, check_invariants, parse_all_ways, run
+from tests.engine.parse.test_parser_properties import SHARED_PIECES, TOOLS, chunkings
 
 SHARED = Path(__file__).resolve().parents[5] / "shared" / "templates"
 TEMPLATE = "fireworks-ai-llama-3-firefunction-v2.jinja"
@@ -54,6 +57,29 @@ def calls(res) -> list:
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
 def test_rule(rule):
     rule(FAMILY)
+
+
+# The family's own pieces mixed with quoting and JSON ones (tests/engine/parse/
+# test_parser_properties.py): every rule meets every chunking.
+PIECES = [
+    " functools[", "functools[", " functools", "functools", '{"name": "f", "arguments": {"a": 1}}',
+    '{"name"', ': "f", ', '"arguments": ', '{"a": [1, "x"]}', ", ", ",", "]", "[", "}",
+    "<think>", "</think>",
+]
+
+
+@given(text=st.lists(st.sampled_from(SHARED_PIECES + PIECES), max_size=40).map("".join),
+       chunks=chunkings, start=st.sampled_from(["reasoning", "content"]),
+       tools=st.sampled_from([(), TOOLS]), stream=st.booleans())
+def test_chunking_never_changes_events(text, chunks, start, tools, stream):
+    opts = {"start": start, "dialect": "firefunction", "tools": tools}
+    whole = run(text, stream_tools=stream, **opts)
+    pieces = run(text, chunks, stream_tools=stream, **opts)
+    ones = run(text, [1] * len(text), stream_tools=stream, **opts)
+    for events in (whole, pieces, ones):
+        check_invariants(text, events)
+    assert merge(pieces) == merge(whole) == merge(ones)
+    assert result_of(whole) == result_of(run(text, stream_tools=not stream, **opts))
 
 
 def test_llama_cpp_case():
@@ -151,13 +177,17 @@ def test_no_other_real_template_is_detected_as_firefunction():
 
 
 @needs_templates
-def test_the_real_template_needs_the_variables_llama_cpp_passes():
-    from engine.chat.template import TemplateError
+def test_the_real_template_gets_the_variables_llama_cpp_gives_it():
+    """It reads `functions` and `datetime` and fails without them (in transformers too): the
+    renderer gives them as llama.cpp does, the date without the time."""
+    from datetime import datetime
 
     tpl = ChatTemplate((SHARED / TEMPLATE).read_text("utf-8"), bos_token="<|begin_of_text|>")
-    with pytest.raises(TemplateError, match="functions"):
-        tpl.render([ASK], tools=[WEATHER])
-    assert "get_weather" in tpl.render([ASK], tools=[WEATHER], extra=LLAMA_CPP)
+    today = datetime.now().strftime("%b %d %Y")
+    ours = tpl.render([ASK], tools=[WEATHER])
+    assert ours == tpl.render([ASK], tools=[WEATHER], extra={**LLAMA_CPP, "datetime": today})
+    assert f"Available functions as JSON spec:\n{LLAMA_CPP['functions']}\nToday is {today}." in ours
+    assert "Available functions as JSON spec:\n\nToday is" in tpl.render([ASK])  # no tools
 
 
 @needs_templates

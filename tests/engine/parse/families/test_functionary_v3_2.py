@@ -13,17 +13,20 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.chat.detect import detect, start_state
 from engine.chat.packs import resolve_pack
 from engine.chat.request import Message
 from engine.chat.template import ChatTemplate
-from engine.parse.events import MARKUP, ToolCall
+from engine.parse.events import MARKUP, ToolCall, merge, result_of
 from engine.parse.families import REGISTRY
 from engine.parse.families import functionary_v3_2 as v32
 from tests.engine.parse.family_harness import read_all_ways
 from tests.engine.parse.family_rules import RULES, Family
-from tests.engine.parse.parser_harness import anomalies, parse_all_ways, run
+from tests.engine.parse.parser_harness import anomalies, check_invariants, parse_all_ways, run
+from tests.engine.parse.test_parser_properties import SHARED_PIECES, TOOLS, chunkings
 
 SHARED = Path(__file__).resolve().parents[5] / "shared" / "templates"
 TEMPLATE = "meetkai-functionary-medium-v3.2.jinja"
@@ -50,6 +53,28 @@ def calls(res) -> list:
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
 def test_rule(rule):
     rule(FAMILY)
+
+
+# The family's own pieces mixed with quoting and JSON ones (tests/engine/parse/
+# test_parser_properties.py): every rule meets every chunking.
+PIECES = [
+    ">>>", ">>>all\n", "all\n", "all", "f\n", "f", "python\n", ">>", ">",
+    '{"a": [1, "x"]}', '{"a": ', "}", "print(1)", "\n{", "<think>",
+]
+
+
+@given(text=st.lists(st.sampled_from(SHARED_PIECES + PIECES), max_size=40).map("".join),
+       chunks=chunkings, start=st.sampled_from(["reasoning", "content"]),
+       tools=st.sampled_from([(), TOOLS]), stream=st.booleans())
+def test_chunking_never_changes_events(text, chunks, start, tools, stream):
+    opts = {"start": start, "dialect": "functionary-v3.2", "tools": tools}
+    whole = run(text, stream_tools=stream, **opts)
+    pieces = run(text, chunks, stream_tools=stream, **opts)
+    ones = run(text, [1] * len(text), stream_tools=stream, **opts)
+    for events in (whole, pieces, ones):
+        check_invariants(text, events)
+    assert merge(pieces) == merge(whole) == merge(ones)
+    assert result_of(whole) == result_of(run(text, stream_tools=not stream, **opts))
 
 
 # --- llama.cpp's cases (tests/test-chat.cpp, Functionary v3.2) ---------------------------------

@@ -188,6 +188,16 @@ def test_vllm_three_calls_one_of_them_empty():
     assert [c.name for c in res.tool_calls] == ["get_time", "empty_args", "set_config"]
 
 
+def test_vllm_nested_quotes_and_an_echoed_list_are_not_guessed_at():
+    text = f"{START}[exec(command='sed -n '360,450p' f.py')]{END}"
+    res = parse(text, tools=())
+    assert res.tool_calls == () and res.content == text
+    assert anomalies(res) == {"malformed_call": 1}
+    body = "[get_time(city='Oslo')]"
+    res = parse(f"{START}{body}{END}{body}{END}")
+    assert calls(res) == [("get_time", {"city": "Oslo"})] and res.content == body + END
+
+
 def test_an_empty_list_is_text():
     text = f"{START}[]{END}"
     res = parse(text)
@@ -300,11 +310,12 @@ def test_reader_directly():
     assert p.error and "positional" in p.error
 
 
-def test_think_is_its_only_reasoning_and_the_prompt_never_opens_it():
-    for name in ("lfm2",):
-        pack = resolve_pack(name, require_model=False)
-        prompt = pack.chat_template().render([Message("user", "hi")], enable_thinking=True)
-        assert start_state(prompt, name) == "content"
+def test_the_prompt_never_opens_the_reasoning():
+    pack = resolve_pack("lfm2", require_model=False)
+    for thinking in (None, True, False):
+        prompt = pack.chat_template().render([Message("user", "hi")], enable_thinking=thinking)
+        assert prompt.endswith("<|im_start|>assistant\n")
+        assert start_state(prompt, "lfm2") == "content"
 
 
 def test_detected_from_each_lfm_marker():
