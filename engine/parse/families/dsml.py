@@ -27,12 +27,10 @@ only of one leading and one trailing newline, as the other XML-like families.
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families.common import Match
 from engine.parse.families.framed import call_or_word
 from engine.parse.families.registry import CallGrammar, Family, register, think_writer
-from engine.parse.families.tagged import TaggedCall
+from engine.parse.families.tagged import TaggedCall, write_value
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "dsml"
@@ -73,19 +71,10 @@ class CallParser(TaggedCall):
         return None
 
 
-def _write_value(v) -> str:
-    """A value as the reader takes it back: a string raw, anything else JSON. The reader strips
-    one leading and one trailing newline, so a string that begins or ends with one gets one
-    more there."""
-    if not isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
-
-
 def _write_call(call, index: int) -> str:
     params = "".join(
         f'{PARAM}{k}" string="{"true" if isinstance(v, str) else "false"}">'
-        f"{_write_value(v)}{PARAM_END}\n"
+        f"{write_value(v)}{PARAM_END}\n"
         for k, v in call.arguments.items())
     return f'{INVOKE}{call.name}">\n{params}{INVOKE_END}\n'
 

@@ -27,12 +27,10 @@ accepted at the end of output without `</tool_call>`.
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families.common import Match
 from engine.parse.families.framed import word_then
 from engine.parse.families.registry import CallGrammar, Family, register, think_writer
-from engine.parse.families.tagged import TaggedCall
+from engine.parse.families.tagged import TaggedCall, write_value
 from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "glm"
@@ -57,19 +55,10 @@ class CallParser(TaggedCall):
     FUNC_CLOSE = CALL_CLOSE
 
 
-def _write_value(v) -> str:
-    """A value as the reader takes it back: a string raw, anything else JSON. The reader strips
-    one leading and one trailing newline, so a string that begins or ends with one gets one
-    more there."""
-    if not isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
-
-
 def _write_call(call, index: int) -> str:
     pairs = "".join(
         f"{KEY}{k}</arg_key>\n<arg_value>"
-        f"{_write_value(v)}</arg_value>\n"
+        f"{write_value(v)}</arg_value>\n"
         for k, v in call.arguments.items())
     return f"{CALL_OPEN}{call.name}\n{pairs}{CALL_CLOSE}"
 

@@ -21,12 +21,10 @@ only one leading and one trailing newline.
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families.common import Match
 from engine.parse.families.framed import call_or_word
 from engine.parse.families.registry import CallGrammar, Family, register, think_writer
-from engine.parse.families.tagged import TaggedCall
+from engine.parse.families.tagged import TaggedCall, write_value
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
 NAME = "minimax-xml"
@@ -54,19 +52,10 @@ class CallParser(TaggedCall):
     SECTION_CLOSE = SECTION_END
 
 
-def _write_value(v) -> str:
-    """A value as the reader takes it back: a string raw, anything else JSON. The reader strips
-    one leading and one trailing newline, so a string that begins or ends with one gets one
-    more there."""
-    if not isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
-
-
 def _write_call(call, index: int) -> str:
     params = "".join(
         f'<parameter name="{k}">'
-        f"{_write_value(v)}</parameter>\n"
+        f"{write_value(v)}</parameter>\n"
         for k, v in call.arguments.items())
     return f'{INVOKE}{call.name}">\n{params}</invoke>\n'
 

@@ -164,3 +164,12 @@ class TaggedCall(FramedBody):
 
 
 __all__ = ["TaggedCall"]
+
+
+def write_value(v) -> str:
+    """A value as TaggedCall reads it back: a string raw, anything else JSON. The reader strips
+    one leading and one trailing newline, so a string that begins or ends with one gets one
+    more there."""
+    if not isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
