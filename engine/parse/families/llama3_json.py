@@ -38,6 +38,11 @@ def match_opener(text: str, i: int) -> Match:
     m = match_literal(text, i, '"name"')
     if m != NONE:
         return m
+    j = i - 1
+    while j >= 0 and text[j] in WS:
+        j -= 1
+    if j >= 0 and text[j] == "{":  # a bare `{` is the object itself: a second `{` is not
+        return NONE
     return hermes_json.match_opener(text, i)
 
 

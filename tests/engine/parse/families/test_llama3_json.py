@@ -71,3 +71,16 @@ def test_the_family_has_no_reasoning_so_the_parse_starts_in_the_answer():
     res = parse_all_ways("Hello.\n" + call("f", {}), dialect="llama3-json", start="reasoning")
     assert (res.reasoning, res.content) == ("", "Hello.")
     assert [c.name for c in res.tool_calls] == ["f"]
+
+
+def test_a_lone_brace_line_before_a_call_is_text_and_the_call_is_read():
+    """After a bare `{` (the call object's own first character) only `"name"` opens a call: a
+    second `{` there made the first one a broken call (malformed_call) and left `{\\n` in the
+    answer; found by the writer round trip."""
+    res = parse_all_ways('{\n{"name": "f", "parameters": {}}', dialect="llama3-json",
+                         start="content")
+    assert res.content == "{" and [c.name for c in res.tool_calls] == ["f"]
+    assert res.anomalies["malformed_call"] == 0
+    mid = parse_all_ways('{ {"name": "f", "parameters": {}}', dialect="llama3-json",
+                         start="content")
+    assert mid.tool_calls == () and mid.anomalies["malformed_call"] == 0
