@@ -23,6 +23,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "resources" / "sessions" / "demo.jsonl"
 FAILURES = ROOT / "tests" / "fixtures" / "recorded_tool_call_in_thinking.json"
+# The project's shared folder beside the checkout (CI lays a copy there): the 71 real chat
+# templates of llama.cpp's library are in its templates/.
+LIBRARY = ROOT.parent / "shared" / "templates"
 
 
 def recorded_failures() -> list[str]:

@@ -17,7 +17,6 @@ import logging
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -35,8 +34,9 @@ from tests.engine.backends.upstream.scripted_upstream import (
     chunk,
     stream_texts,
 )
+from tests.support import LIBRARY
 
-TEMPLATES = Path("/work/shared/templates")
+TEMPLATES = LIBRARY
 LLAMA3 = "meta-llama-Llama-3.1-8B-Instruct.jinja"
 BOS, EOS = "<|begin_of_text|>", "<|eot_id|>"
 # A template that writes both tokens, like 32 of the 71 in llama.cpp's library.

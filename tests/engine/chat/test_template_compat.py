@@ -31,8 +31,9 @@ from engine.chat.packs import pack_from_dir, pack_from_gguf
 from engine.chat.request import ChatRequest, Message
 from engine.chat.template import ChatTemplate, TemplateError
 from engine.service import Service
+from tests.support import LIBRARY
 
-TEMPLATES = Path("/work/shared/templates")
+TEMPLATES = LIBRARY
 GOLDEN = Path(__file__).parent / "golden" / "compat.json"
 CASES = json.loads(GOLDEN.read_text(encoding="utf-8"))["cases"]
 needs_templates = pytest.mark.skipif(

@@ -7,8 +7,6 @@ template's history."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from engine.chat.detect import detect
@@ -17,8 +15,8 @@ from engine.chat.template import ChatTemplate
 from engine.parse import families
 from engine.parse.events import ToolCall
 from tests.engine.parse.parser_harness import parse_all_ways
+from tests.support import LIBRARY
 
-LIBRARY = Path(__file__).resolve().parents[4] / "shared" / "templates"
 pytestmark = pytest.mark.skipif(not LIBRARY.is_dir(),
                                 reason="needs ../shared/templates (llama.cpp's library)")
 

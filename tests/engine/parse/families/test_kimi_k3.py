@@ -10,7 +10,6 @@ declared type)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +21,9 @@ from engine.parse.families import REGISTRY, kimi_k3
 from tests.engine.parse.family_harness import read_all_ways
 from tests.engine.parse.family_rules import RULES, Family
 from tests.engine.parse.parser_harness import anomalies, parse_all_ways
+from tests.support import LIBRARY
 
-REAL = Path("/work/shared/templates")
+REAL = LIBRARY
 THINK_END = "<|close|>think<|sep|>"
 RESPONSE_START, RESPONSE_END = "<|open|>response<|sep|>", "<|close|>response<|sep|>"
 TOOLS_START, TOOLS_END = "<|open|>tools<|sep|>", "<|close|>tools<|sep|>"

@@ -10,7 +10,6 @@ whose values close without the namespace token (`]<]minimax[>[<query>…</query>
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -22,9 +21,10 @@ from engine.parse.families import REGISTRY, minimax_m3
 from tests.engine.parse.family_harness import read_all_ways
 from tests.engine.parse.family_rules import RULES, Family
 from tests.engine.parse.parser_harness import anomalies, parse_all_ways
+from tests.support import LIBRARY
 
 NS = minimax_m3.NS
-REAL = Path("/work/shared/templates")
+REAL = LIBRARY
 
 
 def value(v) -> str:

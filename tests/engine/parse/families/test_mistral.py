@@ -5,7 +5,6 @@ stream_tools off and on."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +16,7 @@ from engine.parse.parser import OutputParser
 from tests.engine.parse.family_harness import read_all_ways
 from tests.engine.parse.family_rules import RULES, Family
 from tests.engine.parse.parser_harness import anomalies, parse_all_ways
+from tests.support import LIBRARY
 
 
 def call(name: str, args: dict) -> str:
@@ -77,7 +77,7 @@ def test_reader_directly():
 
 # --- call ids (issue 19, item 3) ------------------------------------------------------------
 
-SHARED = Path(__file__).resolve().parents[5] / "shared" / "templates"
+SHARED = LIBRARY
 
 
 def test_the_models_own_call_id_is_kept():

@@ -9,7 +9,6 @@ from replies captured from the model (` to=self<|message|>17*23 = 391. …<|eom|
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +20,9 @@ from engine.parse.families import REGISTRY, muse_glimmer
 from tests.engine.parse.family_harness import read_all_ways
 from tests.engine.parse.family_rules import RULES, Family, stray_closer_dropped
 from tests.engine.parse.parser_harness import anomalies, parse_all_ways
+from tests.support import LIBRARY
 
-REAL = Path("/work/shared/templates")
+REAL = LIBRARY
 NEXT = "<|eom|><|start|>assistant"
 
 
