@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.backends.base import Finish, Timings, Token  # noqa: E402
+from engine.chat.detect import start_state  # noqa: E402
 from engine.chat.packs import load_pack  # noqa: E402
 from engine.chat.request import ChatRequest, Message, Sampling  # noqa: E402
-from engine.chat.template import start_state  # noqa: E402
 from engine.parse.events import result_of  # noqa: E402
 from engine.parse.parser import OutputParser  # noqa: E402
 from engine.record.recording import Recorder  # noqa: E402

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import engine.chat.packs as packs
+from engine.chat.detect import start_state
 from engine.chat.packs import (
     Pack,
     PackError,
@@ -24,7 +25,7 @@ from engine.chat.packs import (
     resolve_pack,
 )
 from engine.chat.request import Message
-from engine.chat.template import ChatTemplate, start_state
+from engine.chat.template import ChatTemplate
 from engine.parse.families import REGISTRY
 
 

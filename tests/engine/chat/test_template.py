@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 import engine.chat.template as template_mod
+from engine.chat.detect import start_state
 from engine.chat.packs import TEMPLATES, load_pack, read_gguf_metadata
 from engine.chat.request import Message
-from engine.chat.template import ChatTemplate, TemplateError, repair_history, start_state
+from engine.chat.template import ChatTemplate, TemplateError, repair_history
 
 GOLDEN = Path(__file__).parent / "golden" / "chat_golden.json"
 CASES = json.loads(GOLDEN.read_text(encoding="utf-8"))

@@ -77,7 +77,7 @@ def test_rule(rule):
 def real(name: str) -> str:
     path = REAL / name
     if not path.is_file():
-        pytest.skip(f"{path} is not here")
+        pytest.skip(reason=f"needs the real template {path} (../shared)")
     return path.read_text(encoding="utf-8")
 
 

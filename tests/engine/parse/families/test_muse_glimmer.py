@@ -85,7 +85,7 @@ def test_eom_in_the_answer_ends_a_message_and_is_no_stray_closer():
 def real(name: str) -> str:
     path = REAL / name
     if not path.is_file():
-        pytest.skip(f"{path} is not here")
+        pytest.skip(reason=f"needs the real template {path} (../shared)")
     return path.read_text(encoding="utf-8")
 
 

@@ -154,7 +154,7 @@ def test_what_the_pack_template_writes_is_read_back():
 def test_the_real_template_writes_the_same_calls():
     src = (SHARED / REAL).read_text("utf-8") if SHARED.is_dir() else None
     if src is None:
-        pytest.skip("needs ../shared/templates (the real templates)")
+        pytest.skip(reason="needs ../shared/templates (the real templates)")
     from engine.chat.template import ChatTemplate
 
     tmpl = ChatTemplate(src)
