@@ -18,10 +18,10 @@ to `out` ("start" with the name, "args" with a JSON fragment) and sets `done`/`e
 (Mistral's, Llama's).
 
 Shared readers: framed.py (markers around a name and JSON arguments), tagged.py (key/value
-parameters between tags), json_calls.py (a JSON list of call objects), common.py (matching and
-the call-body base). Adding a family is one new module here: the package imports every module
-it holds. Pure Python, standard library
-only, run by whichever thread drives the parser (docs/design.md, sections 4 and 8).
+parameters between tags), json_calls.py (a JSON list of call objects), pyliteral.py (Python
+literal values), common.py (matching and the call-body base). Adding a family is one new
+module here: the package imports every module it holds. Pure Python, standard library only,
+run by whichever thread drives the parser (docs/design.md, sections 4 and 8).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from engine.parse.markers import THINK_MARKERS, Markers
 # Every module here that is not a shared reader is a family: importing it registers it, so a
 # new family is one new module and nothing else to edit (sorted, so the registration order,
 # and with it the tie-break of detection, is the same on every machine).
-_SHARED = frozenset({"common", "framed", "tagged", "registry", "json_calls"})
+_SHARED = frozenset({"common", "framed", "tagged", "registry", "json_calls", "pyliteral"})
 for _mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _mod not in _SHARED:
         importlib.import_module(f"{__name__}.{_mod}")
