@@ -101,6 +101,7 @@ def test_syntax_error_and_raise_exception_become_template_errors():
         ChatTemplate("{{ 1 + 'a' }}").render([])
 
 
+@pytest.mark.real_clock
 def test_strftime_now_renders_the_current_date():
     before = datetime.now().strftime("%Y-%m-%d")
     got = ChatTemplate("{{ strftime_now('%Y-%m-%d') }}").render([])
