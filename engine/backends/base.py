@@ -38,13 +38,43 @@ class Timings:
     ttft_ms: float = 0.0
     decode_ms: float = 0.0
     prompt_tokens: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens not computed: from a slot's cache or from disk
     output_tokens: int = 0
     slot: int = -1  # the engine's parallel sequence that served it (-1: none, or no slots)
+    disk_tokens: int = 0  # of cached_tokens, those loaded from the disk cache (issue 20)
+
+    @property
+    def slot_tokens(self) -> int:
+        """Prompt tokens reused from a slot's KV cache (in this process)."""
+        return self.cached_tokens - self.disk_tokens
+
+    @property
+    def computed_tokens(self) -> int:
+        """Prompt tokens decoded for this job."""
+        return max(self.prompt_tokens - self.cached_tokens, 0)
 
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens * 1000.0 / self.decode_ms if self.decode_ms > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    """Where a prompt left the best prefix any cache held (a slot or the disk cache), found at
+    admission: what a developer needs to see why reuse failed (issue 20, cache forensics).
+
+    `held` is how many of the prompt's first tokens the best cached candidate matched (it may
+    be more than were reused: a busy slot's cache, or a disk entry cut at another boundary).
+    `prompt_char` is where, in the prompt's text as the engine detokenizes it (special tokens
+    written out), the first differing token starts; `cached_text` is what that candidate held
+    from there on and `prompt_text` what the prompt has instead (a few dozen tokens each, ""
+    where one of them ends there)."""
+
+    held: int = 0
+    source: str = ""  # "slot", "disk", or "" when no cache shared a token with the prompt
+    prompt_char: int = 0
+    cached_text: str = ""
+    prompt_text: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +86,7 @@ class Finish:
     error: str | None = None
     stop_sequence: str | None = None  # the stop string that ended the job, if one did
     status: int | None = None  # an "error" that stands for an HTTP status (an upstream's)
+    prefix: PrefixMatch | None = None  # the llama engine's cache forensics (None elsewhere)
 
 
 @dataclass(eq=False)
