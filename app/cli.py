@@ -4,6 +4,8 @@
     prism serve ...        the local server only (app/serve.py)
     prism parse ...        run the output parser over a file (app/parse.py)
     prism doctor           versions, GPU support, model, paths and port, for bug reports
+    prism stats ...        the ledger of recordings and why each request stopped (app/stats.py)
+    prism rerun REC... ... re-run recorded requests on another engine (app/rerun.py)
     prism --version        the version
 
 Runs on the main thread. Each verb module exposes `add_arguments(parser)` and `run(args)`; only
@@ -21,6 +23,8 @@ VERBS = {
     "serve": ("app.serve", "serve OpenAI / Anthropic / Responses APIs on localhost"),
     "parse": ("app.parse", "parse a model's raw output into reasoning, content and tool calls"),
     "doctor": ("app.doctor", "print what a bug report needs: versions, GPU support, model, paths"),
+    "rerun": ("app.rerun", "send recorded requests again to another model, pack or upstream"),
+    "stats": ("app.stats", "the ledger of recordings: finishes, anomalies, verdicts, medians"),
 }
 
 

@@ -19,6 +19,7 @@ from engine.chat.detect import preserved_tokens
 from engine.chat.packs import Pack, PackError, resolve_pack
 from engine.metrics import Metrics
 from engine.parse import families as dialects
+from engine.record.model_info import LOCAL, REPLAY, describe
 from engine.record.recording import Recorder
 from engine.service import Service
 
@@ -40,6 +41,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay-tools-only", action="store_true", help="plain-text replay outputs "
                    "go only to requests that declare tools (not, say, Open WebUI's title "
                    "requests)")
+    p.add_argument("--replay-strict-order", action="store_true", help="hand plain-text replay "
+                   "outputs out strictly in order (default: one that holds a tool call waits "
+                   "for the next request that declares tools)")
     p.add_argument("--replay-speed", type=float, default=0.0,
                    help="replay pace: 0 instant (default), 1 as recorded, N for N× faster")
     p.add_argument("--n-ctx", type=int, default=None,
@@ -61,6 +65,14 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    "auto (default: split when the N caches fit a quarter of the memory)")
     p.add_argument("--n-gpu-layers", type=int, default=0,
                    help="layers to offload to Metal/CUDA when llama-cpp-python was built for it")
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="folder of the disk prompt cache: KV prefixes kept across restarts "
+                   "(default: the user's cache folder, prism/kv)")
+    p.add_argument("--cache-size", type=byte_size, default=None, metavar="SIZE",
+                   help="the most the disk prompt cache may hold, least recently used going "
+                   "first: bytes or 512M, 4G (default 4G)")
+    p.add_argument("--no-disk-cache", action="store_true",
+                   help="do not save or load KV prefixes on disk")
     p.add_argument("--no-record", action="store_true", help="do not record requests")
     p.add_argument("--escape-special", action="store_true",
                    help="tokenize message content as plain text, so a special token a user "
@@ -78,6 +90,30 @@ def port_number(text: str) -> int:
     if not 0 <= n <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {n}")
     return n
+
+
+def byte_size(text: str) -> int:
+    """--cache-size: 4G, 512M, 1.5GiB, 100000 (bytes)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}.get(t[-1:], 1)
+    try:
+        n = float(t[:-1] if mult > 1 else t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (say 4G or 512M)") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"a size is not negative: {text!r}")
+    return int(n)
+
+
+def disk_cache_dir(args: argparse.Namespace) -> Path | None:
+    """Where the disk prompt cache lives, or None when it is off."""
+    if getattr(args, "no_disk_cache", False):
+        return None
+    if args.cache_dir is not None:
+        return args.cache_dir
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("prism")) / "kv"
 
 
 def _at_least_one(text: str) -> int:
@@ -119,6 +155,30 @@ def resolve(args: argparse.Namespace):
     return check_template(pack)  # before the model loads: a broken template fails at once
 
 
+def replay_tokenizer(pack: Pack):
+    """What a replay counts tokens with (issue 24, item 2): the pack's GGUF vocabulary (exact),
+    else the default model's (an estimate, but a BPE one, far closer than the replay's text
+    split), else None (the split). Returns (tokenize or None, counts estimated)."""
+    from engine.backends.llama.vocab import Vocab
+
+    for gguf, estimated in ((pack.gguf, False), (_default_gguf(), True)):
+        if gguf is None:
+            continue
+        try:
+            return Vocab(gguf).tokenize, estimated
+        except (OSError, ValueError) as e:  # not a GGUF llama.cpp can read
+            logging.getLogger("prism").warning("prism: cannot read the vocabulary of %s (%s)",
+                                               gguf, e)
+    return None, True
+
+
+def _default_gguf() -> Path | None:
+    try:
+        return resolve_pack(DEFAULT_PACK, None, require_model=False).gguf
+    except PackError:
+        return None
+
+
 def build_service(args: argparse.Namespace) -> Service:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     pack = None if args.upstream else resolve(args)
@@ -127,8 +187,13 @@ def build_service(args: argparse.Namespace) -> Service:
     elif args.replay:
         from engine.record.replay import ReplayEngine
 
+        tokenizer, estimated = replay_tokenizer(pack)
         engine = ReplayEngine([Path(f) for f in args.replay], speed=args.replay_speed,
-                              tools_only=args.replay_tools_only)
+                              tools_only=args.replay_tools_only,
+                              calls_need_tools=not args.replay_strict_order,
+                              dialect=pack.dialect, tokenizer=tokenizer,
+                              counts_estimated=estimated,
+                              **({"n_ctx": args.n_ctx} if args.n_ctx else {}))
     else:
         from engine.backends.llama.engine import LlamaEngine
 
@@ -138,13 +203,17 @@ def build_service(args: argparse.Namespace) -> Service:
         engine = LlamaEngine(pack.gguf, n_ctx=n_ctx, kv_unified=kv_unified,
                              n_gpu_layers=args.n_gpu_layers,
                              n_threads=args.threads, parallel=args.parallel,
-                             preserved=preserved_tokens(pack.dialect))
+                             preserved=preserved_tokens(pack.dialect),
+                             cache_dir=disk_cache_dir(args), cache_size=args.cache_size)
     recorder = None
     if not args.no_record:
         # No --record-to: the Recorder picks a new file of its own (exclusive create, 0600 in
         # a 0700 folder), so two instances started in the same second keep both recordings.
+        where = engine.base if args.upstream else REPLAY if args.replay else LOCAL
         recorder = Recorder(args.record_to, model=engine.name, pack=pack.name,
-                            upstream=engine.base if args.upstream else "")
+                            upstream=engine.base if args.upstream else "",
+                            info=describe(pack, where, engine.name).to_dict(),
+                            token_counts_estimated=getattr(engine, "counts_estimated", False))
     service = Service(engine, pack, metrics=Metrics(engine), recorder=recorder)
     service.escape_special = args.escape_special  # engine/chat/special.py
     return service

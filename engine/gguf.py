@@ -1,6 +1,7 @@
 """The GGUF reader: a model file's key/value metadata, nothing else.
 
-Owns `read_gguf_metadata` and `GGUFError`. It parses the key/value header only (through mmap, so
+Owns `read_gguf_metadata`, `GGUFError` and `quant_name` (a `general.file_type` as llama.cpp
+names it). It parses the key/value header only (through mmap, so
 a 250 MB model costs a few page reads) and skips arrays except those asked for (the token list).
 Standard library only, no state; any thread may call it (startup reads the pack's GGUF, the llama
 backend its KV shape). At the bottom of engine's layers: the packs, the KV plan and the doctor
@@ -86,3 +87,22 @@ def read_gguf_metadata(path: str | Path, arrays: tuple[str, ...] = ()) -> dict[s
         raise GGUFError(f"cannot read GGUF metadata from {path}: {exc}") from exc
 
 
+# --- quantization -----------------------------------------------------------------------------
+# `general.file_type` is llama.cpp's `llama_ftype` enum (llama-cpp-python's LLAMA_FTYPE_*
+# constants): the type most tensors were quantized to. Gaps are types llama.cpp removed.
+FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
+    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
+    30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE",
+    39: "NVFP4", 40: "Q1_0", 41: "Q2_0",
+}
+
+
+def quant_name(file_type: object) -> str:
+    """The name of a `general.file_type` value ("Q4_K_M"); "unknown" when the file has none,
+    and "type N" for a number this table does not know (a newer llama.cpp's)."""
+    if isinstance(file_type, bool) or not isinstance(file_type, int):
+        return "unknown"
+    return FILE_TYPES.get(file_type, f"type {file_type}")

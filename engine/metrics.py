@@ -15,6 +15,7 @@ Logging (logger "prism"): one line per implicit end of thinking and per repaired
 summary per request:
     [prism] implicit end of thinking: <id> <first 80 chars of the reasoning tail...>
     [prism] repaired call: <id> <what was repaired, e.g. "missing </parameter>">
+    [prism] invalid arguments: <id> <what failed, where, e.g. "/units: 'units' is a required ...">
     [prism] <id> <api> <finish> prompt=N out=N ttft=Xms tps=Y anomalies=...
 """
 
@@ -32,6 +33,7 @@ from engine.parse.events import (
     ANOMALY_KINDS,
     EXTRA_TOOL_CALL,
     IMPLICIT_REASONING_END,
+    INVALID_ARGUMENTS,
     REPAIRED_CALL,
 )
 
@@ -56,6 +58,9 @@ class _Request:
     tokens_per_s: float | None = None
     finish_reason: str | None = None
     slot: int = -1  # the engine's parallel sequence that served it, once finished
+    # Of its prompt, once finished: reused (from a slot or disk), and of those, from disk.
+    cached_tokens: int = 0
+    disk_tokens: int = 0
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,6 +75,8 @@ class _Request:
             "tokens_per_s": self.tokens_per_s,
             "finish_reason": self.finish_reason,
             "slot": self.slot,
+            "cached_tokens": self.cached_tokens,
+            "disk_tokens": self.disk_tokens,
             "anomalies": dict(self.anomalies),
             "implicit_reasoning_ends": self.anomalies[IMPLICIT_REASONING_END],
         }
@@ -105,6 +112,9 @@ class Metrics:
             "finished": 0,
             "prompt_tokens": 0,
             "cached_tokens": 0,
+            # The prompt tokens by where they came from (issue 20): slot + disk = cached, and
+            # slot + disk + computed = prompt.
+            "prompt_tokens_by_source": {"slot": 0, "disk": 0, "computed": 0},
             "output_tokens": 0,
             "prompt_ms": 0.0,
             "decode_ms": 0.0,
@@ -193,6 +203,8 @@ class Metrics:
             log.info("[prism] implicit end of thinking: %s %s", id, snippet)
         elif kind == REPAIRED_CALL:  # nothing repaired silently: say what (issue 11)
             log.info("[prism] repaired call: %s %s", id, text[:200])
+        elif kind == INVALID_ARGUMENTS:  # what failed and where (engine/chat/arguments.py)
+            log.info("[prism] invalid arguments: %s %s", id, text[:300])
         elif kind == EXTRA_TOOL_CALL:  # nothing dropped silently either
             log.info("[prism] extra tool call not sent (one call per reply): %s %s", id,
                      text.strip().replace("\n", "\\n")[:200])
@@ -215,10 +227,15 @@ class Metrics:
                 req.ttft_ms = timings.ttft_ms
             req.tokens_per_s = timings.tokens_per_s
             req.slot = timings.slot
+            req.cached_tokens, req.disk_tokens = timings.cached_tokens, timings.disk_tokens
             tot = self._totals
             tot["finished"] += 1
             tot["prompt_tokens"] += timings.prompt_tokens
             tot["cached_tokens"] += timings.cached_tokens
+            by_source = tot["prompt_tokens_by_source"]
+            by_source["slot"] += timings.slot_tokens
+            by_source["disk"] += timings.disk_tokens
+            by_source["computed"] += timings.computed_tokens
             tot["output_tokens"] += timings.output_tokens
             tot["prompt_ms"] += timings.prompt_ms
             tot["decode_ms"] += timings.decode_ms
@@ -286,6 +303,7 @@ class Metrics:
                     **self._totals,
                     "finish_reasons": dict(self._totals["finish_reasons"]),
                     "anomalies": dict(self._totals["anomalies"]),
+                    "prompt_tokens_by_source": dict(self._totals["prompt_tokens_by_source"]),
                 },
             }
 

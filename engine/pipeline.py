@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from engine.backends.base import Finish, Token
+from engine.chat.arguments import ArgumentCheck
 from engine.metrics import Metrics
 from engine.parse.events import (
     ANOMALY,
@@ -42,7 +43,10 @@ class TokenPipeline:
     `metrics` and `recorder` are optional (a re-parse reports to neither). `clock` stamps the
     anomalies and the start and finish when the caller gives no time: time.perf_counter for a
     live run, the playback's clock for a replay. `filters`: the run's event filters, applied
-    in order after the parser (`Reading.filters()`); `add_filter` adds one later.
+    in order after the parser (`Reading.filters()`); `add_filter` adds one later. `tools`: the
+    request's declared tools (`Reading.tools`); with any, a complete call is checked against its
+    tool's schema right after the parser, before any policy filter, so a call a policy drops is
+    checked too (engine/chat/arguments.py: `invalid_arguments`, the call itself unchanged).
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class TokenPipeline:
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.perf_counter,
         filters: Iterable[EventFilter] = (),
+        tools: Iterable[dict] = (),
     ) -> None:
         self.id = id
         self.parser = parser
@@ -63,6 +68,9 @@ class TokenPipeline:
         self.n_tokens = 0
         self._reasoning_tail = ""  # for the implicit-end log line: what preceded the call
         self._filters = Chain(filters)
+        check = ArgumentCheck(tools)
+        if check.checks:  # no tools, nothing to check: the per-token path stays filter-free
+            self._filters.add(check, first=True)
 
     @property
     def state(self) -> str:

@@ -10,7 +10,9 @@ blocking iterator, an asyncio queue, the GUI's listeners). So every consumer see
 events, and a non-streamed reply is built from exactly what a streamed one sent. How the output
 is read (the parser's settings and the request's policy: `Reading`, engine/parse/reading.py) is
 decided once here, per request, and recorded with it, so replay, playback and re-parse read it
-the same way. See docs/design.md, section 5 "Engines, service, pipeline".
+the same way. At a finish, a long prompt mostly recomputed although a longer prefix was cached
+gets a log line saying where it left the cache (engine/record/forensics.py, issue 20). See
+docs/design.md, section 5 "Engines, service, pipeline".
 
 Threads: `submit`/`cancel`/iteration from any thread; token and finish callbacks on the engine
 thread; listeners are called on the engine thread and must only enqueue (the GUI drains its
@@ -43,6 +45,7 @@ from engine.metrics import Metrics
 from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT, Event, ParseResult, result_of
 from engine.parse.reading import Reading
 from engine.pipeline import TokenPipeline
+from engine.record import forensics
 from engine.record.recording import Recorder
 
 log = logging.getLogger("prism")
@@ -123,7 +126,8 @@ class Run:
         self.created = time.time()
         self.parser = reading.parser()
         self.pipeline = TokenPipeline(self.id, self.parser, metrics=service.metrics,
-                                      recorder=service.recorder, filters=reading.filters())
+                                      recorder=service.recorder, filters=reading.filters(),
+                                      tools=reading.tools)
         self.events: list[Event] = []
         self.tokens: list[Token] = []
         self.finish: Finish | None = None
@@ -345,6 +349,24 @@ class Service:
         # The recording keeps the parse as it was: the inspector shows the call.
         run.pipeline.finished(fin, run.result,
                               finish_reason=fin.reason if run.reading.calls_as_text else None)
+        if forensics.needs_report(fin.timings, fin.prefix):
+            self._log_cache_miss(run, fin)
         self._notify(RunUpdate(run, "events", tuple(evs)))
         self._notify(RunUpdate(run, "finish"))
         run._close()
+
+    def _log_cache_miss(self, run: Run, fin: Finish) -> None:
+        """Say where a long prompt left a longer cached prefix than was reused (issue 20:
+        a reordered reminder, a timestamp in the system prompt). Rare, so the exact place is
+        worth one more render here (engine/record/forensics.py); a failure to find it must
+        never stop the engine thread."""
+        try:
+            prefix = fin.prefix
+            assert prefix is not None  # needs_report checked it
+            request = run.request
+            place = forensics.locate(
+                run.prompt, request.messages, forensics.prompt_offset(run.prompt, prefix),
+                lambda msgs: self.render(dataclasses.replace(request, messages=msgs)))
+            log.warning("%s", forensics.miss_line(run.id, fin.timings, prefix, place))
+        except Exception:
+            log.exception("[prism] %s: could not place the cache miss", run.id)

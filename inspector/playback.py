@@ -98,6 +98,7 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
             recorded_result=req.result,
             content_specials=req.content_specials,
             special_escaped=req.special_escaped,
+            prefix=req.prefix,
         )
         reason, error = req.outcome
         items.append(Item(track, req.tokens, reason, req.timings, error))
@@ -300,7 +301,7 @@ class Playback:
             # playing it again (a seek, a replay) must not count it twice.
             it.pipeline = TokenPipeline(track.id, reading.parser(), clock=self.clock,
                                         metrics=None if it.reported else self.metrics,
-                                        filters=reading.filters())
+                                        filters=reading.filters(), tools=reading.tools)
             track.submitted = self.clock()
             it.pipeline.start(track.source, track.model, track.prompt_tokens, t=track.submitted)
         pipe = it.pipeline

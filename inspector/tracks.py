@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.backends.base import Timings, Token
+from engine.backends.base import PrefixMatch, Timings, Token
 from engine.chat.request import STREAM_TOOLS, ChatRequest
 from engine.metrics import Metrics
 from engine.parse.events import (
@@ -108,6 +108,9 @@ class Track:
     finish_reason: str | None = None
     error: str | None = None
     timings: Timings | None = None
+    # Where its prompt left the best cached prefix (issue 20): the engine's, at its finish, or
+    # the recording's, from the start of its playback (it describes the prompt, not the output).
+    prefix: PrefixMatch | None = None
     result: ParseResult | None = None
     recorded_result: dict | None = None  # what the recording said, for re-parse diffs
     # Special tokens that came from message content, (start, end) in `prompt`; escaped: they
@@ -383,6 +386,7 @@ class LiveFeed:
                 fin = run.finish
                 track.finish(fin.reason if fin else "stop", fin.timings if fin else None,
                              fin.error if fin else None, run.result)
+                track.prefix = fin.prefix if fin else None
                 track.finish_reason = run.finish_reason if run.result else track.finish_reason
                 del self._live[run.id]
             touched[track.id] = track

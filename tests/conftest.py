@@ -6,11 +6,16 @@ Hypothesis: `prism` (the default here): 300 examples a property, no deadline (2 
 Under CI (the `CI` environment variable) the same, derandomized, so a submission's run explores
 the same examples every time and cannot fail on a fresh random draw. `HYPOTHESIS_PROFILE=deep`
 draws 4,000 examples a property, for hunting.
+
+The servers and windows the tests start keep their disk prompt cache (engine/backends/llama/
+disk_cache.py) in a folder of this session's, not the user's: XDG_CACHE_HOME is pointed at a
+fresh temporary folder before any test runs, and subprocesses inherit it.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +27,8 @@ from engine.metrics import Metrics
 from engine.record.recording import Recorder
 from engine.record.replay import ReplayEngine
 from engine.service import Service
+
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="prism-test-cache-")
 
 _base = {"max_examples": 300, "deadline": None,
          "suppress_health_check": [HealthCheck.too_slow]}

@@ -6,11 +6,14 @@
   loop, failing with what was awaited; `wait_healthy()`: a server process up (GET /health).
 - `Clock`: a clock the test moves by hand (or the replay engine moves by pausing), for the
   engines and models that take one.
+- `gguf_with_template()`: a copy of a GGUF carrying another chat template (and, optionally,
+  renamed control tokens), written with gguf-py, as a user's model of that family would come.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import subprocess
 import threading
@@ -82,3 +85,49 @@ class Clock:
         if not cancelled.is_set():
             self.now += seconds
         return cancelled.is_set()
+
+
+@functools.cache
+def _gguf_reader(src: Path):
+    """gguf-py's reader of `src`, kept: building one costs seconds (it maps every field and
+    tensor), writing a copy from it well under one."""
+    import gguf
+
+    return gguf.GGUFReader(src)
+
+
+def gguf_with_template(src: Path, dst: Path, template: str,
+                       tokens: dict[int, str] | None = None) -> Path:
+    """A copy of the GGUF `src` at `dst` (weights and every other key as they are) whose
+    `tokenizer.chat_template` is `template` (its `.tool_use` and other named templates left
+    out, so the copy carries that one alone, as `gguf-new-metadata --chat-template-file` does);
+    `tokens` renames vocabulary entries (id -> text), keeping their token types, so a control
+    token nothing uses can become a family's special token. Written with gguf-py (the `gguf`
+    package, in the dev extra)."""
+    import gguf
+
+    reader = _gguf_reader(Path(src))
+    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE)
+    assert arch is not None, f"{src} names no architecture"
+    writer = gguf.GGUFWriter(dst, arch=arch.contents(), endianess=reader.endianess)
+    for field in reader.fields.values():
+        # GGUFWriter writes the architecture and the GGUF.* header fields itself.
+        if (field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF.")
+                or field.name.startswith(gguf.Keys.Tokenizer.CHAT_TEMPLATE)):
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if field.name == gguf.Keys.Tokenizer.LIST and tokens:
+            value = [tokens.get(i, t) for i, t in enumerate(value)]
+        writer.add_key_value(field.name, value, kind, sub_type=sub)
+    writer.add_chat_template(template)
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    writer.close()
+    return dst

@@ -21,6 +21,7 @@ from engine.parse.events import (
     CONTENT,
     EXTRA_TOOL_CALL,
     IMPLICIT_REASONING_END,
+    INVALID_ARGUMENTS,
     MARKUP,
     REASONING,
     REPAIRED_CALL,
@@ -81,6 +82,7 @@ class ChannelPanes(TrackFollower, QWidget):
         self._args_start: dict[int, int] = {}  # call index -> where its arguments begin
         self._flag_next: str | None = None  # an anomaly that concerns the next text event
         self._repairs_next = ""  # what the next complete call needed repaired (its mark's tip)
+        self._invalid_next = ""  # how the next complete call's arguments break its schema
         self._counts = dict.fromkeys(PANES, 0)
 
     # -- following a track (TrackFollower hooks) -------------------------------------------
@@ -174,6 +176,10 @@ class ChannelPanes(TrackFollower, QWidget):
             pane.append(ANOMALY_MARKS[REPAIRED_CALL].strip() + "\n",
                         anomaly_format(REPAIRED_CALL, self._repairs_next))
             self._repairs_next = ""
+        if self._invalid_next:  # written out, not only in the tip: what failed and where
+            pane.append(f"{ANOMALY_MARKS[INVALID_ARGUMENTS].strip()}: {self._invalid_next}\n",
+                        anomaly_format(INVALID_ARGUMENTS, self._invalid_next))
+            self._invalid_next = ""
 
     def _anomaly(self, ev) -> None:
         kind = ev.anomaly or ""
@@ -192,9 +198,17 @@ class ChannelPanes(TrackFollower, QWidget):
         if kind == REPAIRED_CALL:  # likewise, with the repairs in its tooltip
             self._repairs_next = ev.text or kind
             return
+        if kind == INVALID_ARGUMENTS:  # likewise, under the call, with what failed
+            self._invalid_next = ev.text or kind
+            return
         if kind == EXTRA_TOOL_CALL:  # not sent to the client: the call as written, struck out
             self.panes["call"].append(ev.text.strip("\n") + "\n",
                                       anomaly_format(kind, strike=True))
+            if self._invalid_next:  # the extra call's own: it never comes as a tool_call
+                self.panes["call"].append(
+                    f"{ANOMALY_MARKS[INVALID_ARGUMENTS].strip()}: {self._invalid_next}\n",
+                    anomaly_format(INVALID_ARGUMENTS, self._invalid_next))
+                self._invalid_next = ""
             return
         # A call that failed: mark it in the tools pane; its text follows in its channel.
         pane = self.panes["call"]

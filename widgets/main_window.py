@@ -1,4 +1,5 @@
-"""The inspector window: request list, charts, channel panes, raw/prompt/compose/re-parse tabs.
+"""The inspector window: request list, charts, channel panes, raw/prompt/compose/re-parse tabs,
+and a ledger dock for the open recordings (View → Ledger; widgets/ledger_view.py).
 
 Owns `MainWindow`, which lays the views out and runs the frame timer (~30 Hz). Each frame it
 polls its sources (objects with `poll() -> changed tracks`, `metrics` and `sample()`: the live
@@ -18,6 +19,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
+    QDockWidget,
     QFileDialog,
     QLabel,
     QMainWindow,
@@ -32,7 +34,9 @@ from engine.service import Run
 from inspector.playback import Playback
 from inspector.tracks import Track, TrackSource, TrackStore
 from widgets.channel_view import ChannelPanes
+from widgets.compare_view import CompareView, side_of_track
 from widgets.compose_box import ComposeBox
+from widgets.ledger_view import LedgerView
 from widgets.metrics_chart import MetricsCharts
 from widgets.playback_bar import PlaybackBar
 from widgets.prompt_view import PromptView
@@ -70,6 +74,8 @@ class MainWindow(QMainWindow):
         self.prompt = PromptView()
         self.compose = ComposeBox(submit=submit)
         self.reparse = ReparseView()
+        self.compare = CompareView()
+        self.compare.pick.connect(self._pick_for_compare)
         self.bar = PlaybackBar(playback)
 
         top = QSplitter(Qt.Orientation.Horizontal)
@@ -81,6 +87,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.prompt, "Prompt")
         self.tabs.addTab(self.compose, "Compose")
         self.tabs.addTab(self.reparse, "Re-parse && export")
+        self.tabs.addTab(self.compare, "Compare")
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
         split.addWidget(self.channels)
@@ -106,8 +113,24 @@ class MainWindow(QMainWindow):
         open_action.triggered.connect(self.ask_open)
         export_action = menu.addAction("&Export selected request as fixture…")
         export_action.triggered.connect(self.reparse._export_clicked)
+        compare_action = menu.addAction("&Compare recordings…")
+        compare_action.setToolTip("A rerun against the recording it re-ran, or any two")
+        compare_action.triggered.connect(self.ask_compare)
         menu.addSeparator()
         quit_action = menu.addAction("&Quit")
+        # The ledger (`prism stats`) of the recordings opened here, in a dock of its own.
+        self.ledger = LedgerView()
+        self.ledger_dock = QDockWidget("Ledger", self)
+        self.ledger_dock.setObjectName("ledger")
+        self.ledger_dock.setWidget(self.ledger)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.ledger_dock)
+        self.ledger_dock.hide()
+        self.ledger_action = self.ledger_dock.toggleViewAction()
+        self.ledger_action.setText("&Ledger of open recordings")
+        self.ledger_action.setShortcut("Ctrl+L")
+        self.ledger_dock.visibilityChanged.connect(self._ledger_shown)
+        self.menuBar().addMenu("&View").addAction(self.ledger_action)
+        self.recordings: list[Path] = []
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
 
@@ -132,6 +155,7 @@ class MainWindow(QMainWindow):
         self.server_url: str | None = None
 
         self.log.selected.connect(self.show_track)
+        self.log.verdict_clicked.connect(self.show_verdict)
         self.bar.open_requested.connect(self.ask_open)
         self.bar.navigated.connect(self._show_playing)
         self._playing_track = None  # the playback's current request at the last frame
@@ -200,6 +224,19 @@ class MainWindow(QMainWindow):
             if i is not None and i != pb.index:
                 pb.select(i)
 
+    def show_verdict(self, track: Track, verdict) -> None:
+        """A "why it stopped" cell was clicked: the request, and its deciding event selected
+        in the raw view."""
+        self.log.select(track)
+        if verdict.span is not None:
+            self.tabs.setCurrentWidget(self.raw)
+            self.raw.show_span(verdict.span)
+        self.say(f"{track.id}: {verdict.label}: {verdict.detail}")
+
+    def _ledger_shown(self, visible: bool) -> None:
+        if visible:
+            self.ledger.set_recordings(self.recordings)
+
     def _show_playing(self) -> None:
         """Previous / next in the bar: show that request, pinned or not."""
         self.frame()  # lists it, if it is new
@@ -232,8 +269,48 @@ class MainWindow(QMainWindow):
             self.say(f"Cannot open {path}: {e}", error=True)
             return False
         self.say(f"Opened {Path(path).name}: {len(items)} request(s)")
+        self.recordings.append(Path(path))
+        if self.ledger_dock.isVisible():
+            self.ledger.set_recordings(self.recordings)
         self.bar.refresh()
         return True
+
+    def ask_compare(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Compare a rerun with its original, or two recordings", "",
+            "Recordings (*.jsonl);;All files (*)")
+        if paths:
+            self.compare_recordings(*paths[:2])
+
+    def compare_recordings(self, first: str | Path, second: str | Path | None = None) -> bool:
+        """Every pair of two recordings in the Compare tab; one recording alone is a rerun,
+        compared with the recording it names."""
+        from engine.record.compare import compare_sessions
+        from engine.record.recording import load_recording
+
+        try:
+            b = load_recording(first)
+            if second is None:
+                if not b.rerun_of:
+                    raise ValueError("not a rerun (it names no original); pick two recordings")
+                a, labels = load_recording(b.rerun_of), ("was", "now")
+            else:
+                a, b, labels = b, load_recording(second), ("a", "b")
+        except (OSError, ValueError) as e:
+            self.say(f"Cannot compare: {e}", error=True)
+            return False
+        found = compare_sessions(a, b, labels)
+        self.compare.show_pairs(found)
+        self.tabs.setCurrentWidget(self.compare)
+        self.say(f"Compared {len(found)} pair(s)")
+        return True
+
+    def _pick_for_compare(self, which: str) -> None:
+        track = self.log.current
+        if track is None:
+            self.say("Select a request in the list first", error=True)
+            return
+        self.compare.set_side(which, side_of_track(track, f"{track.origin or 'live'}:{track.id}"))
 
     def dragEnterEvent(self, event) -> None:
         if event.mimeData().hasUrls():

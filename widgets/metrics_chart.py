@@ -22,7 +22,7 @@ from widgets.theme import ANOMALY_LABELS, BACKGROUND, COLOURS, MUTED
 
 pg.setConfigOptions(antialias=True, background=BACKGROUND, foreground=MUTED)
 
-_ANOMALY_PENS = ("#ff6b6b", "#ff9f43", "#feca57", "#c56cf0", "#48dbfb", "#1dd1a1")
+_ANOMALY_PENS = ("#ff6b6b", "#ff9f43", "#feca57", "#c56cf0", "#48dbfb", "#1dd1a1", "#ff78c4")
 PLOTS = (
     ("tokens_per_s", "tokens/s", COLOURS["content"]),
     ("ttft_ms", "TTFT per request (ms)", COLOURS["call"]),

@@ -21,12 +21,15 @@ import re
 from bisect import bisect_right
 from functools import cache
 
+from PySide6.QtGui import QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
 from engine.parse import families as dialects
 from engine.parse.events import (
     ANOMALY,
     CONTENT,
+    EXTRA_TOOL_CALL,
+    INVALID_ARGUMENTS,
     MARKUP,
     REASONING,
     TOOL_ARGS,
@@ -74,6 +77,17 @@ def call_tags(dialect: str) -> re.Pattern | None:
     return re.compile("|".join(alts))
 
 
+def _flag(kind: str, detail: str = "") -> QTextCharFormat:
+    """The cached flag format, or a copy whose tooltip also says `detail` (what failed, for
+    invalid arguments)."""
+    base = formats().flag(kind)
+    if not detail:
+        return base
+    f = QTextCharFormat(base)
+    f.setToolTip(f"{base.toolTip()}\n\n{detail[:400]}")
+    return f
+
+
 def _u16(text: str) -> int:
     """Length in Qt document positions (UTF-16 units: a character past U+FFFF counts two)."""
     return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
@@ -112,7 +126,8 @@ class RawView(TrackFollower, QWidget):
     def _reset_state(self) -> None:
         self._n = 0
         self._call_start: dict[int, int] = {}
-        self._flag_next: str | None = None
+        self._flag_next: QTextCharFormat | None = None
+        self._flag_index: int | None = None  # the call the pending flag belongs to
         self._call_from = -1  # raw offset where the current run of call events began
 
     def _reset(self) -> None:
@@ -141,6 +156,18 @@ class RawView(TrackFollower, QWidget):
         self.label.setText(f"Tokens: {n}" + ("  (released)" if track.released else
                                              "  · hover a token for its id, time, top-k"))
 
+    def show_span(self, span: tuple[int, int]) -> None:
+        """Select the raw output's `span` (character offsets, as events give them) and scroll
+        to it: where a verdict's deciding event stands (an empty span puts the cursor there)."""
+        raw = self.track.raw if self.track is not None else ""
+        a, b = (min(max(x, 0), len(raw)) for x in span)
+        start = _u16(raw[:a])
+        cursor = self.raw.textCursor()
+        cursor.setPosition(start)
+        cursor.setPosition(start + _u16(raw[a:b]), QTextCursor.MoveMode.KeepAnchor)
+        self.raw.setTextCursor(cursor)
+        self.raw.ensureCursorVisible()
+
     def text(self) -> str:
         """The decided raw text (without the held tail)."""
         full = self.raw.toPlainText()
@@ -158,11 +185,15 @@ class RawView(TrackFollower, QWidget):
             kind = ev.anomaly or ""
             if text:  # a dropped tag: it is in the raw output, marked
                 pane.append(text, anomaly_format(kind, ev.text))
+                if kind == EXTRA_TOOL_CALL and ev.index == self._flag_index:
+                    self._flag_next = None  # the extra call's own flag: its text is marked
                 return
+            flag = _flag(kind, ev.text if kind == INVALID_ARGUMENTS else "")
             start = self._call_start.get(ev.index) if ev.index is not None else None
             if start is not None:
-                pane.merge_format(start, pane.end(), f.flag(kind))
-            self._flag_next = kind  # what follows belongs to it (the call, or its text)
+                pane.merge_format(start, pane.end(), flag)
+            # what follows belongs to it (the call, or its text)
+            self._flag_next, self._flag_index = flag, ev.index
             return
         if ev.kind in (TOOL_START, TOOL_CALL) and ev.index is not None:
             self._call_start.setdefault(ev.index, pane.end())
@@ -170,8 +201,8 @@ class RawView(TrackFollower, QWidget):
         start = pane.append(text, fmt)
         if tags is not None and ev.kind in _CALL_KINDS and text:
             self._colour_tags(tags, raw, a, b, start)
-        if self._flag_next and text:
-            pane.merge_format(start, pane.end(), f.flag(self._flag_next))
+        if self._flag_next is not None and text:
+            pane.merge_format(start, pane.end(), self._flag_next)
             self._flag_next = None
 
     def _colour_tags(self, tags: re.Pattern, raw: str, a: int, b: int, start: int) -> None:

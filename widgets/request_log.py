@@ -1,12 +1,14 @@
 """The request list: every request the window knows, newest first, with its figures.
 
 Owns `RequestLogModel` (a table model over tracks: source, model, state, the engine's slot,
-tokens, TTFT, tokens/s, finish reason, anomaly badges), `BadgeDelegate` (paints the anomaly
-badges) and `RequestLog` (the table plus a "follow newest" switch: while it is on, the newest
-request is selected as it arrives; clicking an older one pins it). With `--parallel N` several
-rows generate at once, each in its own slot; the panes draw the selected one only (docs/design.md,
-section 7 "The window"). Rows are refreshed by the frame timer with the tracks that changed,
-one `dataChanged` per row, never per token. GUI thread only.
+tokens, cached / prompt tokens (issue 20; the tooltip: slot and disk shares and where the prompt
+left the cache), TTFT, tokens/s, finish reason, why it stopped (engine/record/verdict.py; a
+click asks the window to show the deciding event), anomaly badges), `BadgeDelegate` (paints the
+anomaly badges) and `RequestLog` (the table plus a "follow newest" switch: while it is on, the
+newest request is selected as it arrives; clicking an older one pins it). With `--parallel N`
+several rows generate at once, each in its own slot; the panes draw the selected one only
+(docs/design.md, section 7 "The window"). Rows are refreshed by the frame timer with the tracks
+that changed, one `dataChanged` per row, never per token. GUI thread only.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.parse.events import ANOMALY_KINDS
+from engine.record import forensics
+from engine.record.verdict import Verdict, verdict_of
 from inspector.tracks import Track
 from widgets.theme import (
     ANOMALY_LABELS,
@@ -39,17 +43,42 @@ from widgets.theme import (
     TEXT,
 )
 
-COLUMNS = ("Request", "Source", "Model", "State", "Slot", "Prompt", "Output", "TTFT ms",
-           "tok/s", "Finish", "Anomalies")
+COLUMNS = ("Request", "Source", "Model", "State", "Slot", "Prompt", "Cached", "Output",
+           "TTFT ms", "tok/s", "Finish", "Why it stopped", "Anomalies")
 # Column numbers by name, so a new column moves no caller's index.
-(REQUEST_COL, SOURCE_COL, MODEL_COL, STATE_COL, SLOT_COL, PROMPT_COL, OUTPUT_COL, TTFT_COL,
- RATE_COL, FINISH_COL, ANOMALIES_COL) = range(len(COLUMNS))
-_NUMERIC = {SLOT_COL, PROMPT_COL, OUTPUT_COL, TTFT_COL, RATE_COL}
-_WIDTHS = (105, 62, 110, 150, 36, 52, 52, 62, 48, 70)  # every column but the last (stretched)
+(REQUEST_COL, SOURCE_COL, MODEL_COL, STATE_COL, SLOT_COL, PROMPT_COL, CACHED_COL, OUTPUT_COL,
+ TTFT_COL, RATE_COL, FINISH_COL, VERDICT_COL, ANOMALIES_COL) = range(len(COLUMNS))
+_NUMERIC = {SLOT_COL, PROMPT_COL, CACHED_COL, OUTPUT_COL, TTFT_COL, RATE_COL}
+# every column but the last (stretched)
+_WIDTHS = (105, 62, 110, 150, 36, 52, 80, 52, 62, 48, 70, 150)
 SLOT_TIP = ("The engine's parallel sequence (slot) that serves this request (--parallel N: "
             "up to N generate at once). A request waiting for one shows none.")
+CACHED_TIP = ("Prompt tokens reused from the KV cache (a slot's or the disk cache's) / prompt "
+              "tokens. Hover a row for the slot and disk shares and where its prompt left the "
+              "best cached prefix.")
+VERDICT_TIP = ("Why it stopped: the inspector's reading of the request (engine/record/"
+               "verdict.py). Click to show the event that decided it in the raw view.")
 BADGES = Qt.ItemDataRole.UserRole + 1
 TRACK = Qt.ItemDataRole.UserRole + 2
+VERDICT = Qt.ItemDataRole.UserRole + 3
+_ENDED = ("done", "cancelled", "error")
+_VERDICTS: dict[str, tuple[int, Verdict]] = {}
+
+
+def verdict(t: Track) -> Verdict | None:
+    """A finished track's verdict from the events it holds (None while it runs, or once its
+    events were released). Cached per track version: rows repaint often, tracks change
+    rarely once done."""
+    if t.status not in _ENDED or t.released:
+        return None
+    cached = _VERDICTS.get(t.id)
+    if cached is not None and cached[0] == t.version:
+        return cached[1]
+    out = verdict_of(t.events, t.finish_reason or t.status, error=t.error)
+    _VERDICTS[t.id] = (t.version, out)
+    if len(_VERDICTS) > 4096:  # rows are bounded; the cache is too
+        _VERDICTS.pop(next(iter(_VERDICTS)))
+    return out
 _STATE_COLOURS = {"generating": COLOURS["call"], "prompt": COLOURS["markup"], "queued": MUTED,
                   "error": COLOURS["anomaly"], "cancelled": MUTED}
 
@@ -116,8 +145,12 @@ class RequestLogModel(QAbstractTableModel):
             return None
         if role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section]
+        if role == Qt.ItemDataRole.ToolTipRole and section == VERDICT_COL:
+            return VERDICT_TIP
         if role == Qt.ItemDataRole.ToolTipRole and section == SLOT_COL:
             return SLOT_TIP
+        if role == Qt.ItemDataRole.ToolTipRole and section == CACHED_COL:
+            return CACHED_TIP
         return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
@@ -129,6 +162,8 @@ class RequestLogModel(QAbstractTableModel):
             return self._display(t, col)
         if role == TRACK:
             return t
+        if role == VERDICT and col == VERDICT_COL:
+            return verdict(t)
         if role == BADGES and col == ANOMALIES_COL:
             return [(NOTE_LABELS[n], 1) for n in t.notes if n in NOTE_LABELS] + [
                 (ANOMALY_LABELS.get(k, k), t.anomalies[k]) for k in _kinds(t)]
@@ -150,6 +185,12 @@ class RequestLogModel(QAbstractTableModel):
                     f"\nerror: {t.error}" if t.error else "")
             if col == SLOT_COL:
                 return SLOT_TIP
+            if col == VERDICT_COL:
+                out = verdict(t)
+                return VERDICT_TIP if out is None else f"{out.label}: {out.detail}\n\n" \
+                    + VERDICT_TIP
+            if col == CACHED_COL:
+                return _cache_tip(t)
         return None
 
     @staticmethod
@@ -168,6 +209,8 @@ class RequestLogModel(QAbstractTableModel):
             return str(t.slot) if t.slot >= 0 else ""
         if col == PROMPT_COL:
             return str(t.prompt_tokens or "")
+        if col == CACHED_COL:
+            return forensics.reuse_cell(t.timings)
         if col == OUTPUT_COL:
             return str(t.output_tokens)
         if col == TTFT_COL:
@@ -178,6 +221,9 @@ class RequestLogModel(QAbstractTableModel):
             return "" if v is None else f"{v:.1f}"
         if col == FINISH_COL:
             return t.finish_reason or ""
+        if col == VERDICT_COL:
+            out = verdict(t)
+            return "" if out is None else out.label
         if col == ANOMALIES_COL:
             return " ".join([NOTE_LABELS[n] for n in t.notes if n in NOTE_LABELS] + [
                 f"{ANOMALY_LABELS.get(k, k)}×{t.anomalies[k]}" for k in _kinds(t)])
@@ -193,6 +239,17 @@ def _kinds(t: Track) -> list[str]:
     """The anomaly kinds this request has, in badge order (unlabelled ones last, sorted)."""
     return [k for k in _KNOWN if t.anomalies.get(k)] + sorted(
         k for k, n in t.anomalies.items() if n and k not in ANOMALY_LABELS)
+
+
+def _cache_tip(t: Track) -> str | None:
+    """Where the prompt's tokens came from and where it left the best cached prefix (issue
+    20); the place needs the prompt, which a released row no longer has."""
+    p = t.prefix
+    place = None
+    if p is not None and p.source and t.prompt:
+        at = forensics.prompt_offset(t.prompt, p)
+        place = forensics.locate(t.prompt, forensics.messages_of(t.request), at)
+    return forensics.miss_tip(t.timings, p, place) or None
 
 
 def _slot_line(t: Track) -> str:
@@ -249,6 +306,8 @@ class RequestLog(QWidget):
     """The table and its follow switch. Emits `selected(track)` when the selection changes."""
 
     selected = Signal(object)
+    # (track, Verdict): its "why it stopped" cell was clicked; the window shows the event
+    verdict_clicked = Signal(object, object)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -289,6 +348,7 @@ class RequestLog(QWidget):
         self._current = None
         self._programmatic = False
         self.table.selectionModel().currentRowChanged.connect(self._row_changed)
+        self.table.clicked.connect(self._clicked)
         self.follow.toggled.connect(self._follow_toggled)
 
     @property
@@ -323,6 +383,13 @@ class RequestLog(QWidget):
         if track is not self._current:
             self._current = track
             self.selected.emit(track)
+
+    def _clicked(self, index) -> None:
+        if index.column() != VERDICT_COL:
+            return
+        track, out = self.model.track_at(index.row()), index.data(VERDICT)
+        if track is not None and out is not None:
+            self.verdict_clicked.emit(track, out)
 
     def _follow_toggled(self, on: bool) -> None:
         if on and self.model.rowCount():

@@ -14,6 +14,7 @@ from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat, QTextFormat
 from engine.parse.events import (
     EXTRA_TOOL_CALL,
     IMPLICIT_REASONING_END,
+    INVALID_ARGUMENTS,
     MALFORMED_CALL,
     REPAIRED_CALL,
     SPECIAL_TOKEN_IN_CONTENT,
@@ -51,6 +52,7 @@ ANOMALY_LABELS = {
     UNKNOWN_TOOL: "unknown tool",
     EXTRA_TOOL_CALL: "extra call",
     REPAIRED_CALL: "repaired call",
+    INVALID_ARGUMENTS: "invalid arguments",
     UPSTREAM_LEAK: "upstream leak",
     SPECIAL_TOKEN_IN_CONTENT: "special token in content",
 }
@@ -69,6 +71,9 @@ ANOMALY_TIPS = {
     REPAIRED_CALL: "Repaired call: the call was accepted after a repair (a missing or drifted "
     "</parameter>, a bare <function=...> without <tool_call>, a Python literal for a typed "
     "value).",
+    INVALID_ARGUMENTS: "Invalid arguments: the call's arguments break its tool's declared schema "
+    "(its `parameters`); below, what failed and where. The client still got the call as the "
+    "model wrote it.",
     UPSTREAM_LEAK: "Upstream leak (--tap): the upstream's own parser left a tool call or a think "
     "tag in the reasoning or content it returned; Prism's parser found it there.",
     SPECIAL_TOKEN_IN_CONTENT: "Special token in message content: a message (not the chat "
@@ -87,6 +92,7 @@ ANOMALY_MARKS = {
     MALFORMED_CALL: " ⚠ malformed call ",
     UNKNOWN_TOOL: " ⚠ unknown tool ",
     REPAIRED_CALL: " ⚠ repaired call ",
+    INVALID_ARGUMENTS: " ⚠ invalid arguments ",
     UPSTREAM_LEAK: " ⚠ upstream leak ",
 }
 

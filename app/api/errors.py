@@ -2,7 +2,8 @@
 
 Owns `APIError` (raised by the route modules and the body reader), `api_of(path)` and
 `install(app)`, which registers the exception handlers that turn `APIError`, FastAPI/Starlette
-HTTP errors (404, 405), template failures, context overflows and unexpected exceptions into:
+HTTP errors (404, 405), template failures, context overflows, replay misses and unexpected
+exceptions into:
 
     OpenAI and Responses:  {"error": {"message", "type", "param", "code"}}
     Anthropic (/v1/messages...):  {"type": "error", "error": {"type", "message"}}
@@ -22,6 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.chat.template import TemplateError
+from engine.record.replay import ReplayMiss
 from engine.service import ContextOverflow
 
 log = logging.getLogger("prism")
@@ -119,6 +121,10 @@ def from_exception(exc: BaseException) -> APIError:
     if isinstance(exc, TemplateError):
         # The template refused this conversation (roles out of order, unsupported content).
         return APIError("invalid_request", str(exc), param="messages", code="template_error")
+    if isinstance(exc, ReplayMiss):
+        # No recorded output answers this request: refused before any work is queued, so a
+        # stream gets the 400 too, not a 200 that ends in an error event (issue 24, item 1).
+        return APIError("invalid_request", str(exc), param="messages", code="replay_no_match")
     return APIError("server", f"internal error: {type(exc).__name__}: {exc}")
 
 
@@ -175,6 +181,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ContextOverflow)
     @app.exception_handler(TemplateError)
+    @app.exception_handler(ReplayMiss)
     async def _engine(request: Request, exc: Exception) -> JSONResponse:
         return error_response(request.url.path, from_exception(exc))
 

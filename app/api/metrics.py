@@ -7,9 +7,11 @@ in one process, as in the tests, never share or clash). The exporter has two hal
 - an observer on `engine.metrics.Metrics` (called on the engine thread, only observing into
   thread-safe histograms): time to first token, inter-token latency, request latency;
 - a collector that reads `Metrics.snapshot()` at scrape time for every counter and gauge
-  (requests by finish reason, prompt / cached / output tokens, anomalies by kind, implicit ends,
-  running and waiting requests, live tokens/s, a model info series). Taking the counters from
-  the same totals the JSON shows means the two views always agree.
+  (requests by finish reason, prompt / cached / output tokens, prompt tokens by source (slot,
+  disk, computed), anomalies by kind, implicit ends,
+  running and waiting requests, live tokens/s, a model info series naming the model file, its
+  quant, family, template hash and engine, as `prism stats` groups recordings). Taking the
+  counters from the same totals the JSON shows means the two views always agree.
 
 JSON is returned when the client sends `Accept: application/json` or `?format=json`.
 Runs on the asyncio loop's thread (the route) and the engine thread (the observer).
@@ -24,9 +26,25 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from app.api.errors import APIError
 from app.api.state import get_state
+from engine.record.model_info import LOCAL, REPLAY, ModelInfo, describe
+from engine.record.replay import ReplayEngine
 from engine.service import Service
 
 router = APIRouter()
+
+# The labels `prism_model_info` takes from engine/record/model_info.py, as `prism stats` names
+# its groups (model file = `file`).
+_INFO_LABELS = ("file", "quant", "family", "template", "engine")
+
+
+def model_info(service: Service) -> ModelInfo:
+    """What the service generates with: its pack's model file and the engine ("local",
+    "replay", or the upstream's URL)."""
+    engine = service.engine
+    base = getattr(engine, "base", None)
+    where = base if isinstance(base, str) and base else (
+        REPLAY if isinstance(engine, ReplayEngine) else LOCAL)
+    return describe(service.pack, where, str(getattr(engine, "name", "")))
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ITL_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
@@ -36,6 +54,9 @@ class _SnapshotCollector:
     def __init__(self, service: Service, model: str) -> None:
         self.service = service
         self.model = model
+        # Read once: the model file does not change while the app serves it (the GGUF's
+        # header is read for its quant).
+        self.info = model_info(service).to_dict()
 
     def collect(self):
         metrics = self.service.metrics
@@ -44,10 +65,12 @@ class _SnapshotCollector:
             return
         snap = metrics.snapshot()
         totals, live = snap["totals"], snap["live"]
-        info = GaugeMetricFamily("prism_model_info", "The model being served.",
-                                 labels=["model", "pack", "n_ctx"])
-        info.add_metric([model, self.service.pack.name,
-                         str(self.service.engine.n_ctx)], 1)
+        info = GaugeMetricFamily("prism_model_info", "The model being served: which model "
+                                 "file (its quant, family, template hash, engine) the counts "
+                                 "are for.",
+                                 labels=["model", "pack", "n_ctx", *_INFO_LABELS])
+        info.add_metric([model, self.service.pack.name, str(self.service.engine.n_ctx),
+                         *(self.info[k] for k in _INFO_LABELS)], 1)
         yield info
         started = CounterMetricFamily("prism_requests_started", "Requests submitted.",
                                       labels=["model"])
@@ -64,6 +87,15 @@ class _SnapshotCollector:
             fam = CounterMetricFamily(f"prism_{key}", help_text, labels=["model"])
             fam.add_metric([model], totals[key])
             yield fam
+        # A family of its own, not a `source` label on prism_prompt_tokens: summing that one
+        # over its labels would then count every prompt token twice.
+        by_source = CounterMetricFamily(
+            "prism_prompt_tokens_by_source",
+            "Prompt tokens of finished requests by where they came from: reused from a slot's "
+            "KV cache, loaded from the disk cache, or computed.", labels=["model", "source"])
+        for source, n in totals["prompt_tokens_by_source"].items():
+            by_source.add_metric([model, source], n)
+        yield by_source
         anomalies = CounterMetricFamily("prism_anomalies", "Parser anomalies by kind.",
                                         labels=["model", "kind"])
         for kind, n in totals["anomalies"].items():

@@ -112,6 +112,9 @@ async def props(request: Request):
         "bos_token": pack.bos_token,
         "eos_token": pack.eos_token,
         "modalities": {"vision": False, "audio": False},
+        # A replay without the model's own vocabulary reports estimated prompt counts; a client
+        # that compacts by usage.prompt_tokens should know (issue 24, item 2).
+        "token_counts": "estimate" if getattr(engine, "counts_estimated", False) else "exact",
         "build_info": f"prism {version()}",
     }
 

@@ -28,8 +28,13 @@ TOOL_START = "tool_start"
 TOOL_ARGS = "tool_args"
 TOOL_CALL = "tool_call"
 ANOMALY = "anomaly"
+# A fact about the run, not an anomaly of the model: the guard (the lazy per-sequence grammar
+# of engine/backends/llama/, issue 22) changed the token the sampler drew. Its own event kind,
+# so nothing counts it among the anomalies (`result_of`, the metrics and the ledger count only
+# `anomaly` events); zero-width, so the spans still tile the output.
+GUIDED_TOKEN = "guided_token"
 
-KINDS = (REASONING, CONTENT, MARKUP, TOOL_START, TOOL_ARGS, TOOL_CALL, ANOMALY)
+KINDS = (REASONING, CONTENT, MARKUP, TOOL_START, TOOL_ARGS, TOOL_CALL, ANOMALY, GUIDED_TOKEN)
 
 # Anomaly kinds, in the order they are reported everywhere (CLI, metrics, GUI badges).
 IMPLICIT_REASONING_END = "implicit_reasoning_end"
@@ -38,6 +43,11 @@ UNFINISHED_CALL = "unfinished_call"
 MALFORMED_CALL = "malformed_call"
 UNKNOWN_TOOL = "unknown_tool"
 REPAIRED_CALL = "repaired_call"  # a call accepted only after a repair (its text says which)
+# A complete call whose arguments break its declared tool's `parameters` schema; its text says
+# what failed and where. Found after the parser, against the request's tools (engine/parse is
+# standard-library only, jsonschema is not): engine/chat/arguments.py, applied by the pipeline.
+# The call is still delivered as written. Counted with the parser's kinds: the model's fault.
+INVALID_ARGUMENTS = "invalid_arguments"
 # Only in pass-through mode (app/api/tap.py): the upstream's own parser left a call or a think
 # tag in its reasoning or content. Not a parser outcome, so not among ANOMALY_KINDS.
 UPSTREAM_LEAK = "upstream_leak"
@@ -55,6 +65,7 @@ ANOMALY_KINDS = (
     MALFORMED_CALL,
     UNKNOWN_TOOL,
     REPAIRED_CALL,
+    INVALID_ARGUMENTS,
 )
 
 # Kinds whose neighbours merge into one event (text-like streams). Tool starts, whole
@@ -90,7 +101,8 @@ class Event:
 
     kind: one of KINDS.
     text: channel text (reasoning/content), the tag text (markup), a JSON fragment of the
-        arguments (tool_args), the call's name (tool_start), or the raw text an anomaly concerns.
+        arguments (tool_args), the call's name (tool_start), or the raw text an anomaly concerns
+        (for invalid_arguments, what failed and where).
     span: (start, end) character offsets of the raw output this event consumed.
     call: for tool_start/tool_args/tool_call, the call's index; the whole call on tool_call.
     anomaly: for kind == "anomaly", one of ANOMALY_KINDS.

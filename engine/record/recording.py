@@ -18,7 +18,23 @@ Format, version 1 (one JSON object per line):
     {"type": "request", "id", "t", "request": {...}, "prompt", "start_state", "api",
      "dialect", "stream_tools", "tools": [...], "reading": {...}}
     {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]]}
-    {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"]}
+    {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"],
+     ["stop_sequence"], ["status"], ["prefix"]}
+
+The header's `model_info` (engine/record/model_info.py; absent in older files) names what
+generated: the model file, its quant, the family, the template's hash and the engine. A finish
+names the stop string that ended it (`stop_sequence`) and an upstream's HTTP status (`status`)
+when there was one; older files have neither (the ledger and the verdicts read them as absent).
+A finish's timings hold `cached_tokens` (reused, from a slot or from disk) and `disk_tokens` (of
+those, loaded from disk; absent, so 0, in older files): the slot's share and the computed rest
+follow (`Timings.slot_tokens`, `Timings.computed_tokens`). Its `prefix`, where the llama engine
+gave one, is where the prompt left the best cached prefix (`PrefixMatch`, issue 20: `held`,
+`source`, `prompt_char`, `cached_text`, `prompt_text`; engine/record/forensics.py).
+    {"type": "counterpart", "id", "of"}  # a rerun's request: `of` is the original's id
+
+A recording made by `prism rerun` (app/rerun.py) names the recording it re-ran in its header,
+`"rerun_of": path`, and each re-run request's original with a `counterpart` record right after
+its request record (a record type of its own, so readers that predate it skip it).
 
 A request's `reading` is how its output is read (engine/parse/reading.py, `Reading.to_dict`):
 the parser's settings and the request's policy (one call per reply, calls as text). Files
@@ -45,12 +61,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.backends.base import Finish, Timings, Token
+from engine.backends.base import Finish, PrefixMatch, Timings, Token
 from engine.chat.request import STREAM_TOOLS, ChatRequest, Message, Sampling, one_call_only
 from engine.chat.special import PromptMarks
 from engine.parse.events import ParseResult
 from engine.parse.families import NAMES as DIALECTS
 from engine.parse.reading import Reading
+from engine.record.forensics import prefix_from_dict, prefix_to_dict
 
 log = logging.getLogger("prism")
 
@@ -92,6 +109,10 @@ class RecordedRequest:
     error: str | None = None
     content_specials: tuple[tuple[int, int], ...] = ()  # special tokens from message content
     special_escaped: bool = False  # tokenized as text (--escape-special)
+    stop_sequence: str | None = None  # the stop string that ended it (None: none, or older)
+    status: int | None = None  # an upstream's HTTP status behind an "error"
+    counterpart: str = ""  # a rerun's request: the id of the request it re-ran
+    prefix: PrefixMatch | None = None  # where its prompt left the cache (None: not recorded)
 
     # What the request record named apart before readings; the reading is the one truth.
     @property
@@ -127,6 +148,11 @@ class Session:
     @property
     def model(self) -> str:
         return str(self.header.get("model", ""))
+
+    @property
+    def rerun_of(self) -> str:
+        """The recording this one re-ran (`prism rerun`), "" for any other."""
+        return str(self.header.get("rerun_of", ""))
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -197,9 +223,12 @@ def _timings_to_dict(t: Timings) -> dict:
     return {f.name: getattr(t, f.name) for f in dataclasses.fields(Timings)}
 
 
+# Looked up once: a reader builds a Timings per request (`prism stats` reads thousands).
+_TIMING_NAMES = frozenset(f.name for f in dataclasses.fields(Timings))
+
+
 def _timings_from_dict(d: dict) -> Timings:
-    names = {f.name for f in dataclasses.fields(Timings)}
-    return Timings(**{k: v for k, v in d.items() if k in names})
+    return Timings(**{k: v for k, v in d.items() if k in _TIMING_NAMES})
 
 
 # ---------------------------------------------------------------------------------- writing
@@ -239,7 +268,8 @@ class Recorder:
     """
 
     def __init__(self, path: Path | str | None = None, *, model: str = "", pack: str = "",
-                 upstream: str = ""):
+                 upstream: str = "", rerun_of: str = "", info: dict | None = None,
+                 token_counts_estimated: bool = False):
         self.path, fd = _create(Path(path) if path is not None else None)
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
@@ -251,7 +281,14 @@ class Recorder:
             {"format": FORMAT, "version": VERSION, "created": created, "model": model, "pack": pack,
              # --upstream: the server that generated (its times to first token include the
              # network to it)
-             **({"upstream": upstream, "ttft_includes_network": True} if upstream else {})}
+             **({"upstream": upstream, "ttft_includes_network": True} if upstream else {}),
+             # `prism rerun`: the recording whose requests these re-run
+             **({"rerun_of": rerun_of} if rerun_of else {}),
+             # What generated (engine/record/model_info.py): the ledger groups by it.
+             **({"model_info": dict(info)} if info else {}),
+             # A replay without the model's vocabulary: its prompt token counts are estimates
+             # (engine/record/replay.py; issue 24, item 2).
+             **({"token_counts": "estimate"} if token_counts_estimated else {})}
         )
 
     def _write(self, record: dict) -> None:
@@ -337,7 +374,18 @@ class Recorder:
         }
         if finish.error is not None:
             rec["error"] = finish.error
+        if finish.stop_sequence is not None:  # why it stopped: the verdicts read it
+            rec["stop_sequence"] = finish.stop_sequence
+        if finish.status is not None:
+            rec["status"] = finish.status
+        if finish.prefix is not None:  # cache forensics (issue 20)
+            rec["prefix"] = prefix_to_dict(finish.prefix)
         self._write(rec)
+
+    def counterpart(self, id: str, of: str) -> None:
+        """Name the request `id` re-runs (`of`, its id in the recording re-run): written
+        after `id`'s request record, which the service writes on submit."""
+        self._write({"type": "counterpart", "id": id, "of": of})
 
     def close(self) -> None:
         with self._lock:
@@ -391,7 +439,8 @@ class _Builder:
             self.fields[rid] = fields
         elif kind == "token":
             toks = self._known(rec)
-            top = tuple((str(a), float(b)) for a, b in rec.get("top") or ())
+            top = rec.get("top")  # most tokens have none: no generator for them
+            top = tuple((str(a), float(b)) for a, b in top) if top else ()
             toks.append(Token(int(rec["tok"]), str(rec["text"]), float(rec["t"]), top))
         elif kind == "finish":
             self._known(rec)
@@ -400,6 +449,13 @@ class _Builder:
             f["timings"] = _timings_from_dict(rec.get("timings") or {})
             f["result"] = rec.get("result")
             f["error"] = rec.get("error")
+            stop, status = rec.get("stop_sequence"), rec.get("status")
+            f["stop_sequence"] = None if stop is None else str(stop)
+            f["status"] = None if status is None else int(status)
+            f["prefix"] = prefix_from_dict(rec.get("prefix"))
+        elif kind == "counterpart":
+            self._known(rec)
+            self.fields[str(rec["id"])]["counterpart"] = str(rec["of"])
         # Unknown record types are skipped on purpose (forward compatible within a version).
 
     def _known(self, rec: dict) -> list[Token]:

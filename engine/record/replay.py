@@ -22,9 +22,21 @@ not call ids or reasoning), else to one with the same last user message, the fir
 order (once all are used, the last match again); the service then parses it with its recorded
 start state and dialect. Outputs with no conversation (plain text, recorded requests without
 messages) are dealt in order, the last one repeating; with `tools_only` only to requests that
-declare tools. A request that matches nothing finishes "error" with status 400 and a message
-saying why, never with someone else's output. A job submitted without `prepare` takes the next
-unused output in order. The job's prompt is not looked at (only counted).
+declare tools. With `calls_need_tools` (`prism serve`'s default; `--replay-strict-order` turns
+it off) a plain-text output that holds a tool call (read in `dialect`) waits for the next
+request that declares tools: opencode sends a title request with no tools beside its first
+turn, and a title that takes the call leaves the agent with nothing to run (issue 24, item 3).
+A request that matches nothing is refused in `prepare` with `ReplayMiss`, before anything is
+queued, so every API answers it with its 400 and message (issue 24, item 1), never with
+someone else's output. A job submitted without `prepare` takes the next unused output in
+order.
+
+Token counts: the job's prompt is only counted. With a `tokenizer` (the app passes the pack's
+GGUF vocabulary, engine/backends/llama/vocab.py, which this package may not import) the counts
+are that vocabulary's; without one, `split_text`'s pieces, 5-10% more than a real BPE
+tokenizer makes of the captured clients' prompts. `counts_estimated` says which (shown in
+/props and the recording's header), since a client sizes its compaction by
+`usage.prompt_tokens` (issue 24, item 2).
 
 `speed` (may be changed while playing): 0 or None plays instantly, 1.0 at the recorded pace (a
 token's recorded time since its request started, so the original time to first token is kept),
@@ -52,6 +64,8 @@ from engine.backends.base import Job, Timings, Token
 from engine.backends.queued import QueuedEngine, StopGate
 from engine.chat.request import ChatRequest
 from engine.parse import families as dialects
+from engine.parse.events import TOOL_CALL
+from engine.parse.reading import Reading
 from engine.record.recording import is_recording, load_recording, request_to_dict
 
 PLAIN_TOKENS_PER_S = 50.0
@@ -61,6 +75,18 @@ _PIECE = re.compile(r"\s*\S{1,4}|\s+")
 def split_text(text: str) -> list[str]:
     """Deterministic pseudo-tokens; "".join(split_text(s)) == s."""
     return _PIECE.findall(text)
+
+
+class ReplayMiss(ValueError):
+    """No output of the replay answers this request (the message says why). Raised by
+    `prepare`, before the job is queued: the API answers it as a 400 (app/api/errors.py)."""
+
+
+def holds_call(text: str, dialect: str = "auto") -> bool:
+    """Whether a whole plain-text output holds a tool call, read in `dialect` from the
+    reasoning (as a thinking model's answer begins: a call written there is still a call)."""
+    parser = Reading(family=dialect).parser()
+    return any(ev.kind == TOOL_CALL for ev in parser.feed(text) + parser.finish())
 
 
 def _piece_id(piece: str) -> int:
@@ -155,6 +181,10 @@ class ReplayEngine(QueuedEngine):
         clock: Callable[[], float] = time.perf_counter,
         pause: Callable[[threading.Event, float], object] = threading.Event.wait,
         tools_only: bool = False,
+        calls_need_tools: bool = False,
+        dialect: str = "auto",
+        tokenizer: Callable[[str], Sequence[int]] | None = None,
+        counts_estimated: bool | None = None,
     ):
         outputs: list[ReplayOutput] = []
         models: list[str] = []
@@ -174,11 +204,19 @@ class ReplayEngine(QueuedEngine):
         self.clock = clock
         self.pause = pause
         self.tools_only = tools_only
+        # Plain-text outputs holding a call, which wait for a request with tools (indices).
+        self._calls = (frozenset(i for i, o in enumerate(outputs)
+                                 if o.start_state is None and holds_call(o.text, dialect))
+                       if calls_need_tools else frozenset())
+        self._tokenizer = tokenizer
+        # A given tokenizer counts as the model would, unless the caller says it is another
+        # model's (the default model's vocabulary standing in for a pack without a GGUF).
+        self.counts_estimated = tokenizer is None if counts_estimated is None else counts_estimated
         self._lock = threading.Lock()  # the choice of outputs: submitting threads and worker
         self._used: set[int] = set()  # indices of outputs handed out
-        # By prepare(): an output, or why there is none. Weak, so a job that never reaches the
+        # By prepare(): the output chosen. Weak, so a job that never reaches the
         # worker (cancelled while waiting, or the engine closed) leaves nothing behind.
-        self._chosen: weakref.WeakKeyDictionary[Job, ReplayOutput | str] = (
+        self._chosen: weakref.WeakKeyDictionary[Job, ReplayOutput] = (
             weakref.WeakKeyDictionary())
         self._start_worker("prism-replay")  # nothing to load: ready at once
 
@@ -189,6 +227,8 @@ class ReplayEngine(QueuedEngine):
     # -- any thread ------------------------------------------------------------------------
 
     def tokenize(self, text: str) -> list[int]:
+        if self._tokenizer is not None:
+            return list(self._tokenizer(text))
         return [_piece_id(p) for p in split_text(text)]
 
     def submit(self, job: Job) -> None:
@@ -199,11 +239,14 @@ class ReplayEngine(QueuedEngine):
     def prepare(self, job: Job, request: ChatRequest) -> tuple[str, str] | None:
         """Choose the job's output for this request (see the module docstring) and return the
         (start state, dialect) a recorded one was parsed with ("" dialect: the pack's), so the
-        service parses it as it was parsed live; None for plain text."""
+        service parses it as it was parsed live; None for plain text. Raises ReplayMiss when
+        no output answers the request."""
         with self._lock:
             choice = self._choose(request)
+            if isinstance(choice, str):
+                raise ReplayMiss(choice)
             self._chosen[job] = choice
-        if isinstance(choice, ReplayOutput) and choice.start_state:
+        if choice.start_state:
             return choice.start_state, choice.dialect
         return None
 
@@ -226,15 +269,24 @@ class ReplayEngine(QueuedEngine):
                 return ("replay (--replay-tools-only): plain-text outputs go only to requests "
                         "that declare tools, and this one declares none")
         if dealt:
+            nxt = self._next(dealt)
+            if nxt in self._calls and not request.tools:
+                return (f"replay: the next output ({outs[nxt].source or f'#{nxt + 1}'}) holds a "
+                        "tool call, so it goes to the next request that declares tools, and "
+                        "this one declares none (--replay-strict-order hands outputs out in "
+                        "order whatever the request)")
             return self._hand_out(dealt)
         said = f"{last[:80]!r}" if last is not None else "none"
         return (f"replay: no recorded request has this conversation or its last user message "
                 f"({said}); the recording holds {len(recorded)} request(s)")
 
-    def _hand_out(self, candidates: list[int]) -> ReplayOutput:
+    def _next(self, candidates: list[int]) -> int:
         """The first unused candidate; once all are used, the last one again (a client that
         repeats a request gets the same answer)."""
-        i = next((i for i in candidates if i not in self._used), candidates[-1])
+        return next((i for i in candidates if i not in self._used), candidates[-1])
+
+    def _hand_out(self, candidates: list[int]) -> ReplayOutput:
+        i = self._next(candidates)
         self._used.add(i)
         return self._outputs[i]
 
@@ -245,11 +297,11 @@ class ReplayEngine(QueuedEngine):
             choice = self._chosen.pop(job, None)
             if choice is None:  # submitted without a request: the next output in order
                 choice = self._hand_out(list(range(len(self._outputs))))
-        if isinstance(choice, str):
-            self._finish(job, "error", Timings(prompt_tokens=len(self.tokenize(job.prompt))),
-                         choice, status=400)
-            return
         self._play(job, choice)
+
+    def _prompt_tokens(self, job: Job) -> int:
+        # The service tokenized the prompt already (with this engine's `tokenize`).
+        return len(job.prompt_ids) if job.prompt_ids else len(self.tokenize(job.prompt))
 
     def _play(self, job: Job, out: ReplayOutput) -> None:
         clock = self.clock
@@ -290,7 +342,7 @@ class ReplayEngine(QueuedEngine):
                 prompt_ms=(t_first - start) * 1000.0,
                 ttft_ms=(t_first - submitted) * 1000.0,
                 decode_ms=(end - t_first) * 1000.0 if n_out else 0.0,
-                prompt_tokens=len(self.tokenize(job.prompt)),
+                prompt_tokens=self._prompt_tokens(job),
                 output_tokens=n_out,
             ),
             error,

@@ -78,6 +78,14 @@ def test_json_and_prometheus_after_known_traffic(serve):
     assert m[("prism_requests_running", model)] == m[("prism_requests_waiting", model)] == 0
     info = [k for k in m if k[0] == "prism_model_info"]
     assert len(info) == 1 and ("pack", "qwen3-xml") in info[0][1]
+    labels = dict(info[0][1])
+    # which model file the counts are for, named as `prism stats` names its groups (issue 21)
+    from engine.record.model_info import REPLAY, describe
+
+    expected = describe(live.service.pack, REPLAY, live.service.engine.name)
+    assert {k: labels[k] for k in ("file", "quant", "family", "template", "engine")} == \
+        expected.to_dict()
+    assert labels["family"] == "qwen-xml" and labels["engine"] == REPLAY
 
 
 def test_two_apps_keep_separate_registries(serve):
@@ -124,3 +132,76 @@ def test_the_finish_counted_is_the_one_the_client_gets(serve):
     assert snap["totals"]["finish_reasons"] == {"stop": 1}
     assert snap["requests"][0]["finish_reason"] == "stop"
     assert live.runs[0].result.finish_reason == "tool_calls"
+
+
+UNITS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                   "units": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "days", "units"]}}}]
+NO_UNITS = "Go.\n</think>\n\n" + xml_call("get_weather", city="Paris", days=3)
+
+
+def test_a_call_that_breaks_its_schema_is_counted_and_still_sent(serve):
+    # Issue 22: the call a small model writes without its required enum reaches the client as
+    # written, streamed and whole, and /metrics counts it as `invalid_arguments`.
+    live = serve(NO_UNITS, NO_UNITS)
+    client = live.openai()
+    resp = client.chat.completions.create(model="m", messages=ASK, tools=UNITS)
+    (call,) = resp.choices[0].message.tool_calls
+    assert (call.function.name, call.function.arguments) == (
+        "get_weather", '{"city": "Paris", "days": 3}')
+    streamed = "".join(
+        tc.function.arguments or ""
+        for chunk in client.chat.completions.create(model="m", messages=ASK, tools=UNITS,
+                                                    stream=True)
+        for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices)
+    assert streamed == '{"city": "Paris", "days": 3}'
+    http = live.http()
+    snap = http.get("/metrics", params={"format": "json"}).json()
+    assert snap["totals"]["anomalies"]["invalid_arguments"] == 2
+    assert [r["anomalies"]["invalid_arguments"] for r in snap["requests"]] == [1, 1]
+    m = samples(http.get("/metrics").text)
+    kinds = {dict(k[1])["kind"]: v for k, v in m.items() if k[0] == "prism_anomalies_total"}
+    assert kinds["invalid_arguments"] == 2 and kinds["unknown_tool"] == 0
+    assert [run.result.anomalies["invalid_arguments"] for run in live.runs] == [1, 1]
+
+
+def test_prompt_tokens_by_source_through_the_sdks(tmp_path):
+    """Issue 20: /metrics splits the prompt tokens into slot, disk and computed, in the JSON
+    view and the Prometheus text alike, beside the cached_tokens counter it keeps."""
+    from engine.backends.base import PrefixMatch
+    from engine.chat.packs import resolve_pack
+    from engine.metrics import Metrics
+    from engine.service import Service
+    from tests.app.conftest import start_live
+    from tests.caching_engine import CachingReplay
+
+    (tmp_path / "out.txt").write_text("Hello.", encoding="utf-8")
+    # Each prompt: 5 tokens reused, 3 of them from disk.
+    engine = CachingReplay([tmp_path / "out.txt"], lambda prompt: (5, 3, PrefixMatch()))
+    service = Service(engine, resolve_pack("qwen3-xml", require_model=False),
+                      metrics=Metrics(engine))
+    live = start_live(service)
+    try:
+        live.openai().chat.completions.create(model="m", messages=ASK)
+        with live.anthropic().messages.stream(model="m", max_tokens=100, messages=ASK) as s:
+            for _ in s:
+                pass
+        http = live.http()
+        totals = http.get("/metrics", params={"format": "json"}).json()["totals"]
+        prompt = sum(run.prompt_tokens for run in live.runs)
+        assert totals["prompt_tokens_by_source"] == {"slot": 4, "disk": 6,
+                                                     "computed": prompt - 10}
+        m = samples(http.get("/metrics").text)
+        model_id = http.get("/v1/models").json()["data"][0]["id"]
+        for source, n in totals["prompt_tokens_by_source"].items():
+            key = ("prism_prompt_tokens_by_source_total",
+                   (("model", model_id), ("source", source)))
+            assert m[key] == n
+        assert m[("prism_cached_tokens_total", (("model", model_id),))] == 10
+        assert m[("prism_prompt_tokens_total", (("model", model_id),))] == prompt
+    finally:
+        live.close()
+        engine.close()
+        live.thread.stop()

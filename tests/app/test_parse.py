@@ -39,7 +39,7 @@ def test_parse_stdin_any_chunking_same_result(chunk, tmp_path):
         "finish_reason": "tool_calls",
         "anomalies": {"implicit_reasoning_end": 1, "stray_think_end": 0,
                       "unfinished_call": 0, "malformed_call": 0, "unknown_tool": 0,
-                      "repaired_call": 0},
+                      "repaired_call": 0, "invalid_arguments": 0},
     }
 
 

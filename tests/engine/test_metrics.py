@@ -44,6 +44,26 @@ def test_counts_and_newest_first() -> None:
     assert tot["implicit_reasoning_ends"] == 0
 
 
+def test_prompt_tokens_by_source_add_up() -> None:
+    """Issue 20: each finished prompt is split into slot, disk and computed tokens; the request
+    log says how many were reused and how many of those came from disk."""
+    m = Metrics()
+    for rid, t in (("a", Timings(prompt_tokens=100, cached_tokens=80, disk_tokens=30)),
+                   ("b", Timings(prompt_tokens=50, cached_tokens=0)),
+                   ("c", Timings(prompt_tokens=40, cached_tokens=40, disk_tokens=40))):
+        m.request_started(rid, "openai", "smol", t.prompt_tokens, t=1.0)
+        m.request_finished(rid, "stop", t, t=2.0)
+    snap = m.snapshot(t=3.0)
+    by_source = snap["totals"]["prompt_tokens_by_source"]
+    assert by_source == {"slot": 50, "disk": 70, "computed": 70}
+    assert sum(by_source.values()) == snap["totals"]["prompt_tokens"] == 190
+    assert by_source["slot"] + by_source["disk"] == snap["totals"]["cached_tokens"]
+    by_source["slot"] = -1  # a copy: the next snapshot is not affected
+    assert m.snapshot()["totals"]["prompt_tokens_by_source"]["slot"] == 50
+    a = snap["requests"][-1]
+    assert (a["id"], a["cached_tokens"], a["disk_tokens"]) == ("a", 80, 30)
+
+
 def test_request_log_is_bounded() -> None:
     m = Metrics(max_requests=3)
     for i in range(5):

@@ -112,3 +112,30 @@ def test_one_call_per_reply_through_the_pipeline() -> None:
     res = result_of(events + pipe.finish())
     assert [c.arguments for c in res.tool_calls] == [{"city": "Paris"}]
     assert res.anomalies[EXTRA_TOOL_CALL] == 1
+
+
+CITY_AND_DAYS = ({"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city", "days"]}}},)
+
+
+def test_a_declared_tool_checks_its_calls_and_the_metrics_log_it(caplog) -> None:
+    # Issue 22: with the request's tools, a call that breaks its schema is counted and logged
+    # as `invalid_arguments` (what failed, where); the call itself is the parser's.
+    metrics = Metrics()
+    reading = Reading(family="qwen-xml", tools=CITY_AND_DAYS, tools_declared=True)
+    pipe = TokenPipeline("r", reading.parser(), metrics=metrics, filters=reading.filters(),
+                         tools=reading.tools)
+    pipe.start("openai", "model", 1)
+    with caplog.at_level(logging.INFO, logger="prism"):
+        events = [ev for i, p in enumerate(PIECES) for ev in pipe.feed(Token(i, p, 0.0))]
+        events += pipe.finish()
+    res = result_of(events)
+    assert [c.arguments for c in res.tool_calls] == [{"city": "Paris"}]
+    assert res.anomalies["invalid_arguments"] == 1
+    assert metrics.snapshot()["totals"]["anomalies"]["invalid_arguments"] == 1
+    assert "invalid arguments: r /days: 'days' is a required property" in caplog.text
+    # The same output without the tools: nothing to check against.
+    plain = TokenPipeline("r", reading.parser())
+    events = [ev for i, p in enumerate(PIECES) for ev in plain.feed(Token(i, p, 0.0))]
+    assert result_of(events + plain.finish()).anomalies["invalid_arguments"] == 0

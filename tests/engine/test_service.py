@@ -17,6 +17,7 @@ from engine.metrics import Metrics
 from engine.parse.events import TOOL_CALL, merge, result_of
 from engine.parse.reading import Reading
 from engine.record.recording import read_session
+from engine.record.replay import ReplayMiss
 from engine.service import ContextOverflow, Service
 
 TOOLS = (
@@ -149,11 +150,144 @@ def test_a_request_the_recording_does_not_hold_fails_clearly(svc, replay_service
     svc.submit(ask()).wait(5)
     svc.recorder.close()
     replay = replay_service(svc.recorder.path)
-    run = replay.submit(ask("Something else entirely?"))
-    run.wait(5)
-    assert run.tokens == [] and (run.finish.reason, run.finish.status) == ("error", 400)
-    assert "no recorded request" in run.finish.error
+    # refused before a job is queued (issue 24, item 1)
+    with pytest.raises(ReplayMiss, match="no recorded request"):
+        replay.submit(ask("Something else entirely?"))
     assert replay.submit(ask()).wait(5).tool_calls  # the recorded one still plays
+
+
+# --- arguments checked against the tool's schema (issue 22) -------------------------------------
+
+WEATHER_UNITS = ({"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                   "units": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "days", "units"]}}},)
+
+
+def weather_call(**params) -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return ("Done.\n</think>\n\n<tool_call>\n<function=get_weather>\n"
+            f"{body}</function>\n</tool_call>")
+
+
+def test_a_call_without_its_required_enum_is_delivered_and_counted(replay_service):
+    svc = replay_service(weather_call(city="Paris", days=3), record=True)
+    run = svc.submit(ChatRequest(messages=(Message("user", "Weather?"),), tools=WEATHER_UNITS))
+    events = list(run)  # what a client consumes
+    res = run.wait(5)
+    # The client gets the call as the model wrote it...
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [
+        ("get_weather", {"city": "Paris", "days": 3})]
+    assert res.finish_reason == "tool_calls"
+    # ...and the run, the metrics and the recording count what is wrong with it, and where.
+    marks = [e for e in events if e.anomaly == "invalid_arguments"]
+    assert [m.text for m in marks] == ["/units: 'units' is a required property"]
+    assert res.anomalies["invalid_arguments"] == 1 and res.anomalies["unknown_tool"] == 0
+    snap = svc.metrics.snapshot()
+    assert snap["totals"]["anomalies"]["invalid_arguments"] == 1
+    assert snap["requests"][0]["anomalies"]["invalid_arguments"] == 1
+    svc.recorder.close()
+    (recorded,) = read_session(svc.recorder.path).requests
+    assert recorded.result["anomalies"]["invalid_arguments"] == 1
+
+
+def test_a_valid_call_is_not_counted_and_an_undeclared_one_is_only_unknown(replay_service):
+    valid = weather_call(city="Paris", days=3, units="celsius")
+    undeclared = valid.replace("get_weather", "get_time")
+    svc = replay_service(valid, undeclared)
+    ask_ = ChatRequest(messages=(Message("user", "Weather?"),), tools=WEATHER_UNITS)
+    ok = svc.submit(ask_).wait(5)
+    assert ok.tool_calls and ok.anomalies["invalid_arguments"] == 0
+    other = svc.submit(ask_).wait(5)
+    assert [c.name for c in other.tool_calls] == ["get_time"]
+    assert other.anomalies["unknown_tool"] == 1 and other.anomalies["invalid_arguments"] == 0
+    assert svc.metrics.snapshot()["totals"]["anomalies"]["invalid_arguments"] == 0
+
+
+def test_an_extra_call_that_breaks_its_schema_is_counted_too(replay_service):
+    # One call per reply: the second call is not sent (extra_tool_call), but the model still
+    # broke the schema there, so it counts, as its unknown_tool would.
+    two = weather_call(city="Paris", days=3, units="celsius") + "\n" + weather_call(
+        city="Oslo", days="soon", units="celsius").split("\n\n", 1)[1]
+    svc = replay_service(two)
+    res = svc.submit(ChatRequest(messages=(Message("user", "Weather?"),), tools=WEATHER_UNITS,
+                                 parallel_calls=False)).wait(5)
+    assert [c.arguments["city"] for c in res.tool_calls] == ["Paris"]
+    assert res.anomalies["extra_tool_call"] == 1 and res.anomalies["invalid_arguments"] == 1
+
+
+# --- cache forensics (issue 20) ------------------------------------------------------------------
+
+RULES = "Follow the house rules. " * 300  # a long system prompt: over 1024 pieces
+
+
+def stamped(stamp: str) -> ChatRequest:
+    return ChatRequest(messages=(Message("system", f"{RULES}Time: {stamp}. Be terse."),
+                                 Message("user", "List the files.")))
+
+
+@pytest.fixture
+def caching(tmp_path):
+    """make(reused) -> (service, its engine): each job's cache held the previous prompt up to
+    where the two differ, and `reused(held)` of those tokens were reused."""
+    from engine.backends.base import PrefixMatch
+    from engine.record.replay import split_text
+    from tests.caching_engine import CachingReplay
+
+    engines = []
+
+    def make(reused):
+        last: list[str] = []
+
+        def cache(prompt: str):
+            if not last:
+                last.append(prompt)
+                return 0, 0, PrefixMatch()
+            old, last[0] = last[0], prompt
+            char = next(i for i, (a, b) in enumerate(zip(old, prompt, strict=False)) if a != b)
+            held = len(split_text(prompt[:char]))
+            return reused(held), 0, PrefixMatch(held, "slot", char, old[char:char + 60],
+                                                prompt[char:char + 60])
+
+        (tmp_path / "out.txt").write_text("Done.", encoding="utf-8")
+        engine = CachingReplay([tmp_path / "out.txt"], cache)
+        engines.append(engine)
+        return Service(engine, resolve_pack("smollm2", require_model=False),
+                       metrics=Metrics(engine)), engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def test_a_long_prompt_recomputed_past_a_longer_cached_prefix_is_logged(caching, caplog):
+    svc, _ = caching(lambda held: 0)  # the slot that held it was busy: nothing reused
+    first = svc.submit(stamped("10:31"))
+    first.wait(5)
+    with caplog.at_level("INFO", logger="prism"):
+        run = svc.submit(stamped("10:32"))
+        run.wait(5)
+    t, prefix = run.timings, run.finish.prefix
+    assert t.prompt_tokens >= 1024 and t.cached_tokens == 0 and prefix.held > 1000
+    (line,) = [r.getMessage() for r in caplog.records if "cache miss" in r.getMessage()]
+    system = stamped("10:32").messages[0].content
+    assert line.startswith(f"[prism] {run.id}: cache miss: {t.prompt_tokens} of "
+                           f"{t.prompt_tokens} prompt tokens recomputed although slot held "
+                           f"{prefix.held}")
+    assert f"message 0 (system), char {system.index('10:32') + 4}" in line
+    assert 'cache had "1. Be terse.<|im_end|>\\n<|im_start|>user' in line
+    assert 'prompt has "2. Be terse.' in line
+
+
+def test_no_line_when_the_longest_cached_prefix_was_reused(caching, caplog):
+    svc, _ = caching(lambda held: held)  # reused all it held: a miss, but nothing to explain
+    svc.submit(stamped("10:31")).wait(5)
+    with caplog.at_level("INFO", logger="prism"):
+        run = svc.submit(stamped("10:32"))
+        run.wait(5)
+    assert run.timings.cached_tokens == run.finish.prefix.held > 1000
+    assert not [r for r in caplog.records if "cache miss" in r.getMessage()]
 
 
 # --- the real engine on the default model -------------------------------------------------------
@@ -208,3 +342,31 @@ def test_real_short_generation_content(llama_service):
     assert run.finish.reason in ("stop", "length")
     assert res.content.strip() and res.reasoning == ""
     assert run.timings.output_tokens == len(run.tokens) > 0
+
+
+@pytest.mark.model
+def test_real_engine_prefix_match_is_placed_in_the_changed_system_message(llama_service):
+    """Issue 20 on the real engine: a second request whose system prompt differs from the
+    first's only in its timestamp leaves the slot's cache there; the engine's offset, moved
+    onto the rendered prompt, lands in the timestamp of message 0."""
+    from engine.record import forensics
+
+    def stamped_ask(stamp: str) -> ChatRequest:
+        return ChatRequest(messages=(
+            Message("system", f"You are a terse assistant. The time is {stamp} today."),
+            Message("user", "Say hi.")), max_tokens=2, sampling=Sampling(temperature=0.0))
+
+    llama_service.submit(stamped_ask("10:31")).wait(60)
+    run = llama_service.submit(stamped_ask("10:32"))
+    run.wait(60)
+    prefix, t = run.finish.prefix, run.timings
+    assert prefix is not None and prefix.source == "slot" and prefix.held > 0
+    assert t.cached_tokens <= prefix.held < t.prompt_tokens
+    at = forensics.prompt_offset(run.prompt, prefix)
+    assert run.prompt[at:].startswith(prefix.prompt_text[:3])
+    place = forensics.locate(run.prompt, run.request.messages, at)
+    system = run.request.messages[0].content
+    stamp = system.index("10:32")
+    assert (place.message, place.field) == (0, "content")
+    assert stamp <= place.char <= stamp + 4  # the differing token is inside the timestamp
+    assert "1" in prefix.cached_text[: stamp + 5 - place.char]

@@ -147,3 +147,40 @@ def test_a_damaged_recording_plays_what_precedes(pb: Playback, two_requests: Pat
         items = pb.open(two_requests, play=False)
     assert [it.track.id for it in items] == ["r1", "r2"]
     assert "truncated" in caplog.text
+
+
+def test_a_recording_plays_back_its_cache_figures_and_prefix_match(pb: Playback,
+                                                                   tmp_path: Path) -> None:
+    """Issue 20: what a live request's cache did (slot, disk, computed; where the prompt left
+    the best cached prefix) is recorded by the service and shown again by its playback."""
+    from engine.backends.base import PrefixMatch
+    from engine.chat.packs import resolve_pack
+    from engine.chat.request import ChatRequest, Message
+    from engine.metrics import Metrics
+    from engine.service import Service
+    from tests.caching_engine import CachingReplay
+
+    prefix = PrefixMatch(held=9, source="disk", prompt_char=30, cached_text="old",
+                         prompt_text="new")
+    (tmp_path / "out.txt").write_text("Done.", encoding="utf-8")
+    engine = CachingReplay([tmp_path / "out.txt"], lambda prompt: (6, 4, prefix))
+    path = tmp_path / "live.jsonl"
+    try:
+        with Recorder(path, model="m", pack="smollm2") as rec:
+            svc = Service(engine, resolve_pack("smollm2", require_model=False),
+                          metrics=Metrics(engine), recorder=rec)
+            run = svc.submit(ChatRequest(messages=(Message("user", "List the files, please."),)))
+            run.wait(5)
+    finally:
+        engine.close()
+    live = run.timings
+    assert (live.slot_tokens, live.disk_tokens, live.computed_tokens) == (
+        2, 4, live.prompt_tokens - 6)
+    (item,) = pb.open(path)
+    assert item.track.prefix == prefix  # from the start: it describes the prompt
+    pb.set_speed(0.0)
+    pb.poll()
+    track = item.track
+    assert track.status == "done" and track.timings == live and track.prefix == prefix
+    assert pb.metrics.snapshot()["totals"]["prompt_tokens_by_source"] == {
+        "slot": 2, "disk": 4, "computed": live.computed_tokens}

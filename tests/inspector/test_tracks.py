@@ -239,3 +239,27 @@ def test_track_parts_are_its_reading():
     t.dialect = "qwen-xml"  # a view or a test changes one setting: the reading follows
     assert t.reading.family == "qwen-xml" and t.start_state == "content"
     assert Track(id="y").reading == Track(id="z").reading
+
+
+def test_live_feed_gives_a_track_the_engine_s_prefix_match(tmp_path):
+    """Issue 20: the engine's cache forensics reach the window's track at the finish."""
+    from engine.backends.base import PrefixMatch
+    from engine.chat.packs import resolve_pack
+    from engine.service import Service
+    from tests.caching_engine import CachingReplay
+
+    prefix = PrefixMatch(held=3, source="slot", prompt_char=5, cached_text="a", prompt_text="b")
+    (tmp_path / "out.txt").write_text("Done.", encoding="utf-8")
+    engine = CachingReplay([tmp_path / "out.txt"], lambda prompt: (3, 0, prefix))
+    try:
+        svc = Service(engine, resolve_pack("smollm2", require_model=False))
+        store = TrackStore()
+        feed = LiveFeed(svc, store)
+        run = svc.submit(ChatRequest(messages=(Message("user", "hi there"),)))
+        run.wait(5)
+        feed.poll()
+        track = store.get(run.id)
+        assert track.prefix == prefix and track.timings.cached_tokens == 3
+        feed.close()
+    finally:
+        engine.close()

@@ -193,3 +193,45 @@ def test_a_repaired_call_is_marked_with_its_repairs(window, tmp_path, stream_too
     assert "".join(flagged).startswith("<function=f>")
     model = window.log.model
     assert model.data(model.index(0, ANOMALIES_COL)) == "repaired call×1"
+
+
+UNITS = ({"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                   "units": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "days", "units"]}}},)
+NO_UNITS = ("Go.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+            "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>")
+
+
+@pytest.mark.parametrize("stream_tools", [True, False])
+def test_a_call_that_breaks_its_schema_shows_what_failed(window, replay_service, stream_tools):
+    # Issue 22: a live run recorded, played back in the window: the tools pane writes what
+    # failed and where under the call (shown as the model wrote it), the raw view flags the
+    # call with it, the request row counts it.
+    from engine.chat.request import ChatRequest, Message
+    from engine.parse.events import INVALID_ARGUMENTS
+
+    svc = replay_service(NO_UNITS, record=True)
+    svc.submit(ChatRequest(messages=(Message("user", "Weather?"),), tools=UNITS,
+                           stream_tools=stream_tools)).wait(5)
+    svc.recorder.close()
+    items = play_all(window, svc.recorder.path)
+    track = items[0].track
+    assert track.status == "done" and track.anomalies[INVALID_ARGUMENTS] == 1
+    window.log.select(track)
+    why = "/units: 'units' is a required property"
+    pane = window.channels.panes["call"]
+    assert json.loads(pane.toPlainText().split("\n", 1)[1].rsplit("}", 1)[0] + "}") == {
+        "city": "Paris", "days": 3}  # the call as written, units still missing
+    marks = [(t, f) for t, f in fragments(pane) if f.property(ANOMALY) == INVALID_ARGUMENTS]
+    assert "".join(t for t, _ in marks) == f"⚠ invalid arguments: {why}"
+    assert marks[0][1].toolTip().startswith("Invalid arguments") and why in marks[0][1].toolTip()
+    flagged = [(t, f) for t, f in fragments(window.raw.raw)
+               if f.property(ANOMALY) == INVALID_ARGUMENTS]
+    call_text = "".join(t for t, _ in flagged)
+    assert "<function=get_weather>" in call_text and "</function>" in call_text
+    assert all(why in f.toolTip() for _, f in flagged)
+    assert "Go." not in call_text  # only the call is flagged
+    model = window.log.model
+    assert model.data(model.index(0, ANOMALIES_COL)) == "invalid arguments×1"

@@ -49,3 +49,96 @@ def test_special_tokens_from_content_are_marked(qtbot, escaped):
         assert t.anomalies[SPECIAL_TOKEN_IN_CONTENT] == 1 and t.anomaly_total == 1
         t.restart()  # a playback seek keeps the prompt's anomaly
         assert t.anomalies[SPECIAL_TOKEN_IN_CONTENT] == 1
+
+
+# --- cache forensics (issue 20) ---------------------------------------------------------------
+
+def reminders(first: str, second: str) -> tuple[Message, ...]:
+    return (Message("system", "You are a coding agent. Be terse. " * 8),
+            Message("user", "List the files."),
+            Message("assistant", "README.md setup.py"),
+            Message("user", f"<system-reminder>{first}</system-reminder>"
+                            f"<system-reminder>{second}</system-reminder> Open README.md."))
+
+
+def forensic_track(reused: bool):
+    """A client that reordered its reminders: the cache held the earlier order."""
+    from engine.backends.base import PrefixMatch, Timings
+    from engine.chat.request import ChatRequest
+
+    tpl = resolve_pack("smollm2", require_model=False).chat_template()
+    msgs = reminders("Lint before commit.", "Todo list is empty.")
+    cached = tpl.render(reminders("Todo list is empty.", "Lint before commit."),
+                        add_generation_prompt=True)
+    prompt = tpl.render(msgs, add_generation_prompt=True)
+    differs = next(i for i, (a, b) in enumerate(zip(cached, prompt, strict=False)) if a != b)
+    at = prompt.rindex("<system-reminder>", 0, differs)  # as if the tag began the token
+    prefix = PrefixMatch(held=120, source="slot", prompt_char=at, cached_text=cached[at:at + 40],
+                         prompt_text=prompt[at:at + 40])
+    timings = Timings(prompt_tokens=180, cached_tokens=120 if reused else 0, output_tokens=3)
+    t = Track(id="r2", prompt=prompt, prompt_tokens=180, start_state="content",
+              request=ChatRequest(messages=msgs), prefix=prefix)
+    t.finish("stop", timings)
+    return t, at
+
+
+def cache_spans(view):
+    from widgets.prompt_view import CACHE
+
+    out = []  # (kind, start, end, tooltip) in document positions, adjacent runs joined
+    block = view.pane.document().begin()
+    while block.isValid():
+        for it in block:
+            frag = it.fragment()
+            kind, a = frag.charFormat().property(CACHE), frag.position()
+            if not kind:
+                continue
+            end = a + frag.length()
+            if end == block.position() + block.length() - 1:
+                end += 1  # the line break after it, which no fragment holds
+            if out and out[-1][0] == kind and out[-1][2] == a:
+                out[-1] = (kind, out[-1][1], end, out[-1][3])
+            else:
+                out.append((kind, a, end, frag.charFormat().toolTip()))
+        block = block.next()
+    return out
+
+
+@pytest.mark.parametrize("reused", [True, False])
+def test_the_cached_part_is_shaded_and_the_first_difference_marked(qtbot, reused):
+    from widgets.prompt_view import PromptView
+
+    view = PromptView()
+    qtbot.addWidget(view)
+    view.resize(900, 500)
+    t, at = forensic_track(reused)
+    view.show_track(t)
+    (shade, a0, b0, tip), (mark, a1, b1, tip1) = cache_spans(view)
+    assert shade == ("reused" if reused else "held") and mark == "differs"
+    # The document's text is the prompt (plain ASCII here, so Qt positions are offsets).
+    assert (a0, b0, a1) == (0, at, at)
+    assert t.prompt[a1:b1] == "<system-reminder>L"  # up to the first char that differs
+    assert tip == tip1
+    assert "The best cache (slot) held 120 tokens" in tip
+    assert "message 3 (user), char 0" in tip
+    assert 'cache had:  "<system-reminder>Todo list' in tip
+    assert 'prompt has: "<system-reminder>Lint before' in tip
+    assert f"{t.timings.cached_tokens} of 180 prompt tokens reused" in tip
+    label = view.label.text()
+    assert f"cache: {t.timings.cached_tokens} of 180 reused" in label
+    assert "left the cache at message 3 (user), char 0" in label
+    assert view.pane.textCursor().position() == at  # scrolled to where it left the cache
+
+
+def test_without_a_prefix_match_nothing_is_shaded(qtbot):
+    from engine.backends.base import Timings
+    from widgets.prompt_view import PromptView
+
+    view = PromptView()
+    qtbot.addWidget(view)
+    t = track(False)
+    t.finish("stop", Timings(prompt_tokens=20, cached_tokens=12, disk_tokens=12))
+    view.show_track(t)
+    assert cache_spans(view) == []
+    assert "cache: 12 of 20 reused (12 from disk)" in view.label.text()
+    assert "left the cache" not in view.label.text()

@@ -80,3 +80,39 @@ def test_a_recorded_request_shows_the_slot_its_timings_name(qtbot):
     model.add(old)
     old.finish("stop", Timings(output_tokens=3))
     assert model.index(0, SLOT_COL).data() == "" and old.slot == -1
+
+
+def test_the_cached_column_shows_reused_of_prompt_with_the_sources_in_its_tooltip(qtbot):
+    """Issue 20: "cached/prompt" per row; the tooltip splits it into slot, disk and computed
+    and, with the engine's prefix match, says where the prompt left the best cached prefix."""
+    from engine.backends.base import PrefixMatch
+    from engine.chat.request import ChatRequest, Message
+    from widgets.request_log import CACHED_COL
+
+    msgs = (Message("system", "Time: 10:32. Be terse."), Message("user", "hi"))
+    prompt = "<|im_start|>system\nTime: 10:32. Be terse.<|im_end|>\n<|im_start|>user\nhi"
+    at = prompt.index("2. Be")
+    model = RequestLogModel()
+    t = Track(id="r", prompt=prompt, request=ChatRequest(messages=msgs),
+              prefix=PrefixMatch(7300, "disk", at, "1. Be terse.", "2. Be terse."))
+    model.add(t)
+    assert model.index(0, CACHED_COL).data() == ""  # not finished: nothing known yet
+    t.finish("stop", Timings(prompt_tokens=7379, cached_tokens=7012, disk_tokens=7000))
+    assert model.index(0, CACHED_COL).data() == "7012/7379"
+    tip = model.index(0, CACHED_COL).data(TIP)
+    assert tip.startswith("7012 of 7379 prompt tokens reused (slot 12, disk 7000), 367 computed")
+    assert "The best cache (disk) held 7300 tokens" in tip
+    assert f"message 0 (system), char {msgs[0].content.index('2. Be')}" in tip
+    assert 'cache had:  "1. Be terse."' in tip and 'prompt has: "2. Be terse."' in tip
+    assert "reused from the KV cache" in model.headerData(CACHED_COL, Qt.Orientation.Horizontal,
+                                                          TIP)
+    t.release()  # an old row keeps its figures, not its prompt: no place then
+    assert model.index(0, CACHED_COL).data() == "7012/7379"
+    assert "message 0" not in model.index(0, CACHED_COL).data(TIP)
+    # Another engine (no prefix match) still shows the figures; no cache at all shows 0.
+    other = Track(id="o")
+    model.add(other)
+    other.finish("stop", Timings(prompt_tokens=9))
+    assert model.index(0, CACHED_COL).data() == "0/9"
+    assert model.index(0, CACHED_COL).data(TIP) == \
+        "0 of 9 prompt tokens reused (slot 0, disk 0), 9 computed"

@@ -38,6 +38,8 @@ from pathlib import Path
 
 from engine.backends.base import Finish, Job, Timings
 from engine.backends.llama.abort import PrefillAbort
+from engine.backends.llama.disk_cache import DiskCache
+from engine.backends.llama.reuse import DiskReuse, prefix_match
 from engine.backends.llama.slots import (
     Active,
     Sampler,
@@ -73,6 +75,7 @@ class Batcher:
         prefill_chunk: int = PREFILL_CHUNK,
         kv_unified: bool = True,
         verbose: bool = False,
+        disk: DiskCache | None = None,
     ) -> None:
         import llama_cpp as C
         from llama_cpp import _internals
@@ -111,6 +114,11 @@ class Batcher:
         self.slots = [Slot(seq) for seq in range(parallel)]
         self._order: list[Active] = []  # active jobs, in admission order
         self._abort = PrefillAbort(self.ctx)  # for prefill-only steps (module docstring)
+        self.disk = disk  # engine/backends/llama/disk_cache.py; None: --no-disk-cache
+        self._reuse = DiskReuse(disk, self.ctx, self._mem) if disk is not None else None
+        bos = vocab.bos if vocab.add_bos and vocab.bos >= 0 else None
+        self._bos_text = piece(self._vocab_ptr, bos, True).decode("utf-8", "replace") if (
+            bos is not None) else None
 
     # -- state ------------------------------------------------------------------------------
 
@@ -183,8 +191,18 @@ class Batcher:
             self._finish(job, Finish("error", Timings(queue_ms=queue_ms, prompt_tokens=n_prompt),
                                      str(e)))
             return True
+        # Forensics before reuse changes what the slots hold: the best prefix anything cached.
+        skip_bos = self._bos_text is not None and not job.prompt.startswith(self._bos_text)
+        best = self.disk.best(prompt) if self.disk is not None else (None, 0)
+        prefix = prefix_match(prompt, self.slots, best, self._vocab_ptr, skip_bos)
         if not self.kv_unified:
             keep = self._borrow(slot, prompt, keep)
+        disk = 0
+        if self._reuse is not None:
+            free = self._free_cells() if self.kv_unified else None
+            loaded = self._reuse.load(slot, prompt, best, keep, free)
+            if loaded != keep:
+                keep = disk = loaded
         if len(slot.kv) > keep:
             if not C.llama_memory_seq_rm(self._mem, slot.seq, keep, -1):
                 C.llama_memory_seq_rm(self._mem, slot.seq, 0, -1)
@@ -193,7 +211,8 @@ class Batcher:
         limit = self.n_ctx_seq - n_prompt  # llama.cpp cannot decode past the context
         if job.max_tokens is not None:
             limit = min(limit, job.max_tokens)
-        a = Active(job, slot, prompt, sampler, StopGate(job.stop), limit, start, queue_ms, keep)
+        a = Active(job, slot, prompt, sampler, StopGate(job.stop), limit, start, queue_ms, keep,
+                   disk=disk, prefix=prefix)
         slot.active = a
         job.slot = slot.seq
         self._order.append(a)
@@ -369,6 +388,13 @@ class Batcher:
         a.slot.active = None
         a.slot.used_at = now()
         a.sampler.close()
+        # A cancelled prefill is saved too: a client that gave up after minutes of it (Open
+        # WebUI's tools prompt) finds the part that was done when it asks again.
+        if self._reuse is not None and reason != "error":
+            try:  # the state is copied out here; the writer thread puts it on disk
+                self._reuse.save(a.slot)
+            except Exception:
+                log.exception("[prism] disk cache: snapshot failed")
         if error and reason == "length":
             log.warning("[prism] a request ended at %d tokens: %s", a.n_out, error)
         try:
@@ -387,8 +413,9 @@ class Batcher:
             cached_tokens=a.cached,
             output_tokens=a.n_out,
             slot=a.slot.seq,
+            disk_tokens=a.disk,
         )
-        self._finish(a.job, Finish(reason, timings, error, a.gate.hit))
+        self._finish(a.job, Finish(reason, timings, error, a.gate.hit, prefix=a.prefix))
 
     def fail_all(self, error: str) -> None:
         import llama_cpp as C
@@ -404,6 +431,8 @@ class Batcher:
         for a in list(self._order):
             self._end(a, "cancelled")
         self._abort.close()
+        if self.disk is not None:
+            self.disk.close()  # the queued saves are written before the process goes
         if self._batch is not None:
             C.llama_batch_free(self._batch)
             self._batch = None

@@ -67,6 +67,8 @@ class LlamaEngine(QueuedEngine):
         preserved: Sequence[str] = (),
         kv_unified: bool = True,
         verbose: bool = False,
+        cache_dir: Path | str | None = None,
+        cache_size: int | None = None,
     ):
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
@@ -87,6 +89,9 @@ class LlamaEngine(QueuedEngine):
                          "n_threads": n_threads, "kv_unified": kv_unified, "verbose": verbose}
         if prefill_chunk:
             self._options["prefill_chunk"] = prefill_chunk
+        # The disk prompt cache (engine/backends/llama/disk_cache.py); None: off.
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.cache_size = cache_size
         self._start_worker("prism-llama")
 
     # -- any thread ------------------------------------------------------------------------
@@ -122,7 +127,8 @@ class LlamaEngine(QueuedEngine):
     def _setup(self) -> None:
         from engine.backends.llama.batch import Batcher
 
-        self._batcher = Batcher(self.model_path, self._vocab, self._job_done, **self._options)
+        self._batcher = Batcher(self.model_path, self._vocab, self._job_done,
+                                disk=self._open_disk_cache(), **self._options)
         self.kv_bytes = self._batcher.kv_bytes()
         b = self._batcher
         if b.kv_unified:
@@ -132,6 +138,30 @@ class LlamaEngine(QueuedEngine):
         else:
             log.info("[prism] context: %d tokens for each of %d sequences (split KV caches, "
                      "%.0f MiB)", b.n_ctx_seq, self.parallel, self.kv_bytes / 2**20)
+
+    def _open_disk_cache(self):
+        """The disk cache for this model and KV layout, or None (off, or its folder unusable:
+        logged, and the engine serves without it)."""
+        if self.cache_dir is None:
+            return None
+        import llama_cpp
+
+        from engine.backends.llama.disk_cache import DEFAULT_SIZE, DiskCache, fingerprint
+
+        o = self._options
+        # Saved states load only into the same model and layout: llama.cpp refuses a split
+        # cache's state in a unified pool (or another number of streams), so they are kept
+        # apart, and the flash-attention setting decides how V is laid out.
+        namespace = {"model": fingerprint(self.model_path), "llama_cpp": llama_cpp.__version__,
+                     "kv": "unified" if o["kv_unified"] else f"split/{o['parallel']}",
+                     "type_k": "f16", "type_v": "f16", "flash_attn": False}
+        try:
+            cache = DiskCache(self.cache_dir, namespace, self.cache_size or DEFAULT_SIZE)
+        except OSError as e:
+            log.warning("[prism] disk prompt cache off: %s", e)
+            return None
+        log.info("[prism] disk prompt cache: %s", cache.describe())
+        return cache
 
     def _teardown(self) -> None:
         if self._batcher is not None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.backends.base import Job
+from engine.backends.base import Job, PrefixMatch
 from engine.backends.llama.vocab import piece
 from engine.backends.queued import StopGate
 from engine.chat.request import Sampling
@@ -111,6 +111,8 @@ class Active:
     t_first: float = 0.0
     row: int = -1  # its logits row in the batch being decoded (-1: none)
     finished: bool = False  # on_finish was called
+    disk: int = 0  # of `cached`, the prompt tokens loaded from the disk cache
+    prefix: PrefixMatch | None = None  # where its prompt left the caches (reuse.py)
 
     @property
     def prefilling(self) -> bool:

@@ -286,7 +286,11 @@ def _write_call(call, index: int) -> str:
 def _grammar_call(w, i: int, fn: dict) -> str:
     """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
     head = f"<|channel|>commentary to={_RECIPIENT}{fn['name']} <|constrain|>json{MESSAGE}"
-    return f"{w.seq(head)} {w.args(i, fn)} {w.seq(CALL_END)}"
+    # `<|call|>` is optional: in gpt-oss's vocabulary it is an end-of-generation token, which
+    # llama.cpp's grammar sampler allows only once the grammar is complete (sampling it while
+    # the grammar still expects it aborts the process). Optional, the call is complete before
+    # it, so the model ends the reply on it; where it is text (SmolLM2, replays) it may follow.
+    return f"{w.seq(head)} {w.args(i, fn)} ({w.seq(CALL_END)})?"
 
 
 FAMILY = register(Family(

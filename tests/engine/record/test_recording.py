@@ -340,3 +340,60 @@ def test_a_damaged_reading_is_damage(tmp_path: Path) -> None:
     path.write_text(json.dumps(header) + "\n" + json.dumps(rec) + "\n", encoding="utf-8")
     with pytest.raises(RecordingError, match="line 2: bad request record"):
         read_session(path)
+
+
+def test_a_finish_keeps_where_the_cache_came_from_and_where_the_prompt_left_it(
+        tmp_path: Path) -> None:
+    """Issue 20: the slot, disk and computed shares of the prompt and the prefix match round
+    trip; a finish recorded before them loads with none (0 from disk, no prefix)."""
+    from engine.backends.base import PrefixMatch
+
+    prefix = PrefixMatch(held=7012, source="disk", prompt_char=57, cached_text="10:31<|im_end|>",
+                         prompt_text="10:32<|im_end|>")
+    timings = Timings(prompt_tokens=7379, cached_tokens=7000, disk_tokens=6000)
+    path = tmp_path / "s.jsonl"
+    with Recorder(path) as rec:
+        for rid, fin in (("a", Finish("stop", timings, prefix=prefix)),
+                         ("b", Finish("stop", Timings(prompt_tokens=9)))):
+            rec.request(rid, REQ, "<prompt>")
+            rec.finish(rid, fin)
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    assert "prefix" not in lines[-1]  # nothing written where the engine gave none
+    a, b = read_session(path).requests
+    assert a.prefix == prefix and a.timings == timings
+    assert (a.timings.slot_tokens, a.timings.disk_tokens, a.timings.computed_tokens) == (
+        1000, 6000, 379)
+    assert b.prefix is None
+    # A finish written before disk_tokens existed.
+    old = dict(lines[2])
+    old["timings"] = {k: v for k, v in old["timings"].items() if k != "disk_tokens"}
+    old.pop("prefix")
+    path.write_text("\n".join(json.dumps(x) for x in (*lines[:2], old)) + "\n", encoding="utf-8")
+    (a,) = read_session(path).requests
+    assert a.prefix is None and a.timings.disk_tokens == 0 and a.timings.slot_tokens == 7000
+
+
+def test_a_rerun_names_its_original_and_each_requests_counterpart(tmp_path: Path) -> None:
+    """Issue 21: the header's `rerun_of`, a `counterpart` record per re-run request; a reader
+    that predates the record type skips it, and a recording that is no rerun names none."""
+    path = tmp_path / "rerun.jsonl"
+    with Recorder(path, model="m", rerun_of="/recordings/orig.jsonl") as rec:
+        for rid, of in (("n1", "o7"), ("n2", "")):
+            rec.request(rid, REQ, "<prompt>")
+            if of:
+                rec.counterpart(rid, of)
+            rec.finish(rid, Finish("stop", Timings()))
+    s = read_session(path)
+    assert s.rerun_of == "/recordings/orig.jsonl"
+    assert [(r.id, r.counterpart) for r in s.requests] == [("n1", "o7"), ("n2", "")]
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    assert {"type": "counterpart", "id": "n1", "of": "o7"} in lines
+    plain = tmp_path / "plain.jsonl"
+    Recorder(plain, model="m").close()
+    assert read_session(plain).rerun_of == "" and "rerun_of" not in plain.read_text("utf-8")
+    # A counterpart for a request the file never had is damage, like any other record's.
+    path.write_text(path.read_text(encoding="utf-8")
+                    + json.dumps({"type": "counterpart", "id": "zz", "of": "o1"}) + "\n",
+                    encoding="utf-8")
+    with pytest.raises(RecordingError, match="unknown request"):
+        read_session(path)

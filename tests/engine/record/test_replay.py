@@ -16,7 +16,7 @@ import pytest
 from engine.backends.base import Finish, Job, Timings, Token
 from engine.chat.request import ChatRequest, Message
 from engine.record.recording import Recorder
-from engine.record.replay import ReplayEngine, split_text
+from engine.record.replay import ReplayEngine, ReplayMiss, holds_call, split_text
 from tests.support import Clock
 
 TEXT = "<think>\nThe user greets me. 🙂 Reply briefly.\n</think>\n\nHello there, friend!  \n"
@@ -115,8 +115,8 @@ def pacer() -> Pacer:
 def make(pacer: Pacer) -> Iterator:
     engines: list[ReplayEngine] = []
 
-    def factory(*sources: Path, speed: float | None = 0.0) -> ReplayEngine:
-        e = ReplayEngine(sources, speed=speed, clock=pacer, pause=pacer.pause)
+    def factory(*sources: Path, speed: float | None = 0.0, **kw) -> ReplayEngine:
+        e = ReplayEngine(sources, speed=speed, clock=pacer, pause=pacer.pause, **kw)
         engines.append(e)
         return e
 
@@ -340,10 +340,15 @@ def test_the_last_user_message_matches_when_the_conversation_differs(make, agent
     assert run(eng, other_system).text == "It is sunny."
 
 
-def test_a_request_the_recording_does_not_hold_is_a_clear_error(make, agent_session):
-    c = run(make(agent_session), ChatRequest(messages=(Message("user", "Hello?"),)))
-    assert c.tokens == [] and (c.finish.reason, c.finish.status) == ("error", 400)
-    assert "no recorded request" in c.finish.error and "'Hello?'" in c.finish.error
+def test_a_request_the_recording_does_not_hold_is_refused_before_it_is_queued(
+        make, agent_session):
+    eng = make(agent_session)
+    c = Collector()
+    with pytest.raises(ReplayMiss) as miss:
+        eng.prepare(c.job, ChatRequest(messages=(Message("user", "Hello?"),)))
+    assert "no recorded request" in str(miss.value) and "'Hello?'" in str(miss.value)
+    # the refusal used nothing up: the recorded chat still gets its own output
+    assert run(eng, CHAT).text == "<tool_call>call</tool_call>"
 
 
 def test_recorded_start_state_and_dialect_come_back(make, agent_session):
@@ -360,10 +365,74 @@ def test_plain_text_keeps_its_order_and_can_go_to_tool_requests_only(make, tmp_p
     assert [run(eng, TITLE).text, run(eng, CHAT).text] == ["first", "second"]
     only = ReplayEngine(paths, tools_only=True)
     try:
-        title = run(only, TITLE)
-        assert (title.finish.reason, title.finish.status) == ("error", 400)
-        assert "--replay-tools-only" in title.finish.error
+        with pytest.raises(ReplayMiss, match="--replay-tools-only"):
+            only.prepare(Collector().job, TITLE)
         assert [run(only, CHAT).text, run(only, CHAT).text] == ["first", "second"]
         assert only.prepare(Collector().job, CHAT) is None  # plain text: the pack decides
     finally:
         only.close()
+
+
+# --- a plain-text call waits for a request with tools (issue 24, item 3) ------------------------
+
+CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "</function>\n</tool_call>")
+
+
+@pytest.fixture
+def call_then_answer(tmp_path: Path) -> list[Path]:
+    """opencode's turn as plain-text outputs: the call, then the answer after the tool ran."""
+    paths = [tmp_path / "1.txt", tmp_path / "2.txt"]
+    paths[0].write_text(CALL, encoding="utf-8")
+    paths[1].write_text("It is sunny in Paris.", encoding="utf-8")
+    return paths
+
+
+def test_holds_call_reads_the_dialect_it_is_given() -> None:
+    assert holds_call(CALL) and holds_call(f"<think>I will look.</think>{CALL}", "qwen-xml")
+    assert not holds_call("No call here, only <b>markup</b>.")
+    assert not holds_call(CALL, "mistral")  # a Qwen call is text to Mistral's reader
+
+
+def test_a_plain_text_call_waits_for_the_next_request_with_tools(make, call_then_answer):
+    eng = make(*call_then_answer, calls_need_tools=True)
+    # opencode's title request (no tools) comes first: refused, and the call is kept for the chat
+    with pytest.raises(ReplayMiss, match="holds a tool call") as miss:
+        eng.prepare(Collector().job, TITLE)
+    assert "--replay-strict-order" in str(miss.value)
+    assert run(eng, CHAT).text == CALL
+    # the next output holds no call: a request without tools may have it
+    assert run(eng, TITLE).text == "It is sunny in Paris."
+
+
+def test_strict_order_hands_the_call_to_whoever_asks_first(make, call_then_answer):
+    eng = make(*call_then_answer)  # the engine's default, --replay-strict-order on the CLI
+    assert [run(eng, TITLE).text, run(eng, CHAT).text] == [CALL, "It is sunny in Paris."]
+
+
+def test_recorded_sessions_still_match_their_requests_with_calls_need_tools(
+        make, agent_session):
+    eng = make(agent_session, calls_need_tools=True)
+    assert run(eng, TITLE).text == "Paris weather"
+    assert run(eng, CHAT).text == "<tool_call>call</tool_call>"
+
+
+# --- token counts (issue 24, item 2) ----------------------------------------------------------
+
+
+def test_counts_are_estimates_without_a_tokenizer_and_the_tokenizers_with_one(
+        make, text_file):
+    assert make(text_file).counts_estimated is True
+    words = make(text_file, tokenizer=lambda s: [len(w) for w in s.split()])
+    assert words.counts_estimated is False
+    assert words.tokenize("one two three") == [3, 3, 5]
+    # another model's vocabulary standing in: counted with it, still said to be an estimate
+    assert make(text_file, tokenizer=str.encode, counts_estimated=True).counts_estimated is True
+
+
+def test_the_played_job_reports_the_prompt_count_it_was_given(make, text_file):
+    c = run(make(text_file, tokenizer=lambda s: list(s.encode())), prompt="abcd",
+            prompt_ids=(1, 2, 3))
+    assert c.finish.timings.prompt_tokens == 3  # the service's count, not a second one
+    c = run(make(text_file, tokenizer=lambda s: list(s.encode())), prompt="abcd")
+    assert c.finish.timings.prompt_tokens == 4

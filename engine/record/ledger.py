@@ -1,0 +1,265 @@
+"""The ledger: what recordings say about a model, counted per group of replies.
+
+Owns `Reply` (one recorded request as the ledger counts it, with its verdict), `Row` (one
+group's figures), `replies_of` (a recording's replies), `ledger` (replies grouped by any of
+`KEYS`) and `LISTED` (the anomaly kinds every ledger shows, found or not). Pure: no Qt, no I/O
+beyond reading the recordings it is given; any thread may call it (`prism stats` on the main
+thread, the window's ledger on the GUI thread).
+
+What is counted, per reply:
+- its finish reason as recorded ("tool_calls" where the recorded parse holds a call);
+- its calls and anomalies as the recorded result says (what the run saw, upstream leaks and
+  any kind a newer parser records included), and a special token in content where its request
+  record marks one; a reply the file ends before has no result, so its tokens are re-parsed;
+- its verdict (engine/record/verdict.py), read from a re-parse of its tokens as its reading
+  says (the one-chunk parse gives the same events as the token-by-token one, only merged);
+- its time to first token and tokens/s from the recorded timings (from the token times where
+  the timings are empty).
+A group's anomaly rates are occurrences per 1,000 replies; its TTFT and tokens/s are medians.
+
+Grouping keys come from the header's `model_info` (engine/record/model_info.py) and the
+request's own family; a recording written before the header held them says "unknown".
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from engine.parse import families as dialects
+from engine.parse.events import (
+    ANOMALY,
+    EXTRA_TOOL_CALL,
+    IMPLICIT_REASONING_END,
+    MALFORMED_CALL,
+    REPAIRED_CALL,
+    SPECIAL_TOKEN_IN_CONTENT,
+    STRAY_THINK_END,
+    TOOL_CALL,
+    UNFINISHED_CALL,
+    UNKNOWN_TOOL,
+    UPSTREAM_LEAK,
+    Event,
+)
+from engine.parse.filters import Chain
+from engine.record.model_info import UNKNOWN, ModelInfo
+from engine.record.recording import RecordedRequest, Session, load_recording
+from engine.record.verdict import KINDS as VERDICT_KINDS
+from engine.record.verdict import LABELS as VERDICT_LABELS
+from engine.record.verdict import Verdict, verdict_of
+
+KEYS = ("model", "quant", "family", "template", "engine")
+# The kinds every ledger lists, in this order (issue 21): the parser's, then the request's own.
+# Named, not sliced from ANOMALY_KINDS, so a kind added there is listed where it is found.
+LISTED = (IMPLICIT_REASONING_END, STRAY_THINK_END, UNFINISHED_CALL, MALFORMED_CALL,
+          REPAIRED_CALL, UNKNOWN_TOOL, EXTRA_TOOL_CALL, UPSTREAM_LEAK, SPECIAL_TOKEN_IN_CONTENT)
+FINISHES = ("stop", "tool_calls", "length", "cancelled", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One recorded request, counted. `keys` maps each of KEYS to its value."""
+
+    source: str  # the recording's path
+    id: str
+    keys: dict[str, str]
+    finish: str
+    calls: int
+    anomalies: dict[str, int]
+    verdict: Verdict
+    ttft_ms: float | None = None
+    tokens_per_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One group's figures. `group` maps the grouping keys to this group's values."""
+
+    group: dict[str, str]
+    replies: int
+    calls: int
+    finishes: dict[str, int]
+    anomalies: dict[str, int]  # occurrences, every kind in `ledger`'s kind list
+    verdicts: dict[str, int]
+    ttft_ms: float | None  # median
+    tokens_per_s: float | None  # median
+    ids: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # (source, id) per reply
+
+    def per_1000(self, kind: str) -> float:
+        return 1000.0 * self.anomalies.get(kind, 0) / self.replies if self.replies else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "group": dict(self.group), "replies": self.replies, "calls": self.calls,
+            "finish_reasons": dict(self.finishes), "anomalies": dict(self.anomalies),
+            "per_1000": {k: round(self.per_1000(k), 3) for k in self.anomalies},
+            "verdicts": dict(self.verdicts), "ttft_ms_median": self.ttft_ms,
+            "tokens_per_s_median": self.tokens_per_s,
+        }
+
+
+# ------------------------------------------------------------------------------- replies
+
+
+def _pack_family(name: str) -> str:
+    """The family of a built-in pack, for files that name none per request."""
+    try:
+        from engine.chat.packs import builtin_packs
+
+        spec = builtin_packs().get(name)
+        return spec.dialect if spec is not None else "auto"
+    except Exception:  # a pack we cannot read: "auto" reads both <tool_call> families
+        return "auto"
+
+
+def reparse(req: RecordedRequest, fallback_family: str = "auto") -> list[Event]:
+    """The request's output read as its reading says (the family `fallback_family` where the
+    file names one this version does not know), in one chunk."""
+    reading = req.reading
+    if req.dialect not in dialects.NAMES:
+        reading = replace(reading, family=fallback_family)
+    parser, chain = reading.parser(id_prefix="ledger"), Chain(reading.filters())
+    evs = chain.feed(parser.feed(req.text))
+    return evs + chain.feed(parser.finish()) + chain.finish()
+
+
+def _figures(req: RecordedRequest) -> tuple[float | None, float | None]:
+    t = req.timings
+    if t is not None and t.output_tokens:
+        ttft = t.ttft_ms if t.ttft_ms > 0 else None
+        rate = t.tokens_per_s or None
+        if ttft is not None or rate is not None:
+            return ttft, rate
+    toks = req.tokens  # empty timings (an older or a hand-made file): the token times
+    if not toks:
+        return None, None
+    ttft = toks[0].t * 1000.0
+    span = toks[-1].t - toks[0].t
+    return ttft, ((len(toks) - 1) / span if len(toks) > 1 and span > 0 else None)
+
+
+def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
+             fallback_family: str = "auto") -> Reply:
+    """One recorded request as the ledger counts it (see the module docstring)."""
+    events = reparse(req, fallback_family)
+    result = req.result if isinstance(req.result, dict) else None
+    if result is not None:
+        anomalies = {str(k): int(n) for k, n in (result.get("anomalies") or {}).items() if n}
+        calls = len(result.get("tool_calls") or ())
+    else:
+        anomalies = {}
+        for ev in events:
+            if ev.kind == ANOMALY and ev.anomaly:
+                anomalies[ev.anomaly] = anomalies.get(ev.anomaly, 0) + 1
+        calls = sum(1 for ev in events if ev.kind == TOOL_CALL)
+    if req.content_specials and not req.special_escaped:
+        anomalies.setdefault(SPECIAL_TOKEN_IN_CONTENT, 1)
+    reason, error = req.outcome
+    finish = req.finish or "unfinished"
+    if reason in ("stop", "length") and calls:
+        finish = "tool_calls"
+    verdict = verdict_of(events, req.finish, error=error, stop_sequence=req.stop_sequence,
+                         status=req.status, upstream=info.engine.startswith("http"))
+    family = req.reading.family if req.dialect in dialects.NAMES and req.dialect else info.family
+    keys = {"model": info.file, "quant": info.quant, "family": family or UNKNOWN,
+            "template": info.template, "engine": info.engine}
+    ttft, rate = _figures(req)
+    return Reply(source, req.id, keys, finish, calls, anomalies, verdict, ttft, rate)
+
+
+def replies_of(session: Session, source: str = "") -> list[Reply]:
+    info = ModelInfo.from_header(session.header)
+    fallback = _pack_family(str(session.header.get("pack", "")))
+    return [reply_of(req, info, source, fallback) for req in session.requests]
+
+
+def read_replies(paths: Iterable[Path | str]) -> list[Reply]:
+    """Every reply of these recordings (a damaged one gives what precedes the damage)."""
+    out: list[Reply] = []
+    for path in paths:
+        out += replies_of(load_recording(path), str(path))
+    return out
+
+
+# ------------------------------------------------------------------------------- the ledger
+
+
+def kinds_of(replies: Iterable[Reply]) -> tuple[str, ...]:
+    """LISTED, then any other kind the replies hold (sorted)."""
+    found = {k for r in replies for k in r.anomalies}
+    return (*LISTED, *sorted(found - set(LISTED)))
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def ledger(replies: Sequence[Reply], by: Sequence[str] = KEYS) -> list[Row]:
+    """The replies grouped by the `by` keys (each one of KEYS), one row per group, in order
+    of their first reply; every row lists every kind of `kinds_of(replies)`."""
+    bad = [k for k in by if k not in KEYS]
+    if bad:
+        raise ValueError(f"cannot group by {', '.join(bad)} (keys: {', '.join(KEYS)})")
+    kinds = kinds_of(replies)
+    groups: dict[tuple[str, ...], list[Reply]] = {}
+    for r in replies:
+        groups.setdefault(tuple(r.keys[k] for k in by), []).append(r)
+    rows = []
+    for key, rs in groups.items():
+        finishes: dict[str, int] = {}
+        verdicts: dict[str, int] = {}
+        anomalies = dict.fromkeys(kinds, 0)
+        for r in rs:
+            finishes[r.finish] = finishes.get(r.finish, 0) + 1
+            verdicts[r.verdict.kind] = verdicts.get(r.verdict.kind, 0) + 1
+            for k, n in r.anomalies.items():
+                anomalies[k] += n
+        rows.append(Row(
+            group=dict(zip(by, key, strict=True)), replies=len(rs),
+            calls=sum(r.calls for r in rs), finishes=finishes, anomalies=anomalies,
+            verdicts=verdicts,
+            ttft_ms=_median([r.ttft_ms for r in rs if r.ttft_ms is not None]),
+            tokens_per_s=_median([r.tokens_per_s for r in rs if r.tokens_per_s is not None]),
+            ids=tuple((r.source, r.id) for r in rs),
+        ))
+    return rows
+
+
+# ------------------------------------------------------------------------------- as a table
+
+# How each anomaly kind is named in a table (a kind not named here shows as itself).
+KIND_LABELS = {
+    IMPLICIT_REASONING_END: "implicit end of reasoning", STRAY_THINK_END: "stray closer",
+    UNFINISHED_CALL: "unfinished call", MALFORMED_CALL: "malformed call",
+    REPAIRED_CALL: "repaired call", UNKNOWN_TOOL: "unknown tool", EXTRA_TOOL_CALL: "extra call",
+    UPSTREAM_LEAK: "upstream leak", SPECIAL_TOKEN_IN_CONTENT: "special token in content",
+}
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def table(rows: Sequence[Row]) -> list[tuple[str, list[str]]]:
+    """The ledger as (figure, one cell per row) lines, the layout `prism stats` prints and the
+    window shows: the group's keys, replies and calls, each finish reason, each anomaly kind
+    per 1,000 replies, each verdict, the medians. Every row lists the same kinds."""
+    if not rows:
+        return []
+    keys = list(rows[0].group)
+    finishes = [f for f in FINISHES if any(r.finishes.get(f) for r in rows)]
+    finishes += sorted({f for r in rows for f in r.finishes} - set(finishes))
+    verdict_kinds = [k for k in VERDICT_KINDS if any(r.verdicts.get(k) for r in rows)]
+    lines: list[tuple[str, list[str]]] = [(k, [r.group[k] for r in rows]) for k in keys]
+    lines += [("replies", [str(r.replies) for r in rows]),
+              ("calls", [str(r.calls) for r in rows])]
+    lines += [(f"finish: {f}", [str(r.finishes.get(f, 0)) for r in rows]) for f in finishes]
+    lines += [(f"{KIND_LABELS.get(k, k)} /1000", [_num(r.per_1000(k)) for r in rows])
+              for k in rows[0].anomalies]
+    lines += [(f"verdict: {VERDICT_LABELS[k]}", [str(r.verdicts.get(k, 0)) for r in rows])
+              for k in verdict_kinds]
+    lines += [("TTFT ms (median)", [_num(r.ttft_ms, 0) for r in rows]),
+              ("tok/s (median)", [_num(r.tokens_per_s) for r in rows])]
+    return lines

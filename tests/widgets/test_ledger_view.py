@@ -1,0 +1,62 @@
+"""widgets/ledger_view.py in a real window: the ledger of the open recordings, grouped as
+chosen, and the request list's "why it stopped" column, whose click selects the deciding
+event in the raw view (issue 21, items 3 and 4)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from engine.record import verdict as v
+from engine.record.ledger import ledger, read_replies, table
+from tests.engine.record.test_ledger import CASES, record
+from widgets.request_log import VERDICT, VERDICT_COL
+
+
+def test_the_ledger_of_the_open_recordings(window, tmp_path, qtbot):
+    first = record(tmp_path, "first", CASES[:6])
+    second = record(tmp_path, "second", CASES[6:])
+    assert window.open_recording(first, play=False)
+    assert window.open_recording(second, play=False)
+    window.ledger_action.trigger()  # View → Ledger of open recordings
+    assert window.ledger_dock.isVisible()
+    view = window.ledger
+    assert view.cell("replies") == str(len(CASES))
+    # the same figures `prism stats` prints, from the same files
+    (expected,) = [cells for label, cells in table(ledger(read_replies([first, second])))
+                   if label == "unknown tool /1000"]
+    assert view.cell("unknown tool /1000") == expected[0] == f"{1000 / len(CASES):.1f}"
+    assert view.cell("verdict: call written but dropped") == "2"
+    view.by.setCurrentText("family")
+    assert view.table.columnCount() == 1 and view.cell("family") == "qwen-xml"
+    view.by.setCurrentText("every key")
+    view.resize(640, 760)
+    view.grab().save("/tmp/ledger.png")
+
+
+def test_why_it_stopped_is_a_column_and_a_click_shows_the_event(window, tmp_path, qtbot):
+    path = record(tmp_path, "played", CASES[:7])
+    pb = window.playback
+    pb.set_speed(0.0)
+    assert window.open_recording(path, play=False)
+    pb.select(0)
+    pb.play()
+    window.frame()
+    assert pb.finished
+    model = window.log.model
+    labels = [model.index(r, VERDICT_COL).data() for r in range(model.rowCount())]
+    # newest first; played as recorded, so the verdicts are the known ones
+    assert labels == [v.LABELS[c[3]] for c in reversed(CASES[:7])]
+    row = labels.index(v.LABELS[v.CALL_FROM_REASONING])
+    index = model.index(row, VERDICT_COL)
+    verdict = index.data(VERDICT)
+    track = model.track_at(row)
+    rect = window.log.table.visualRect(index)
+    qtbot.mouseClick(window.log.table.viewport(), Qt.MouseButton.LeftButton,
+                     pos=rect.center())
+    assert window.log.current is track
+    assert window.tabs.currentWidget() is window.raw
+    a, b = verdict.span
+    # Qt writes a selection's line breaks as U+2029
+    selected = window.raw.raw.textCursor().selectedText().replace("\u2029", "\n")
+    assert selected == track.raw[a:b]
+    assert "</tool_call>" in track.raw[a:b]
