@@ -73,6 +73,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    "first: bytes or 512M, 4G (default 4G)")
     p.add_argument("--no-disk-cache", action="store_true",
                    help="do not save or load KV prefixes on disk")
+    p.add_argument("--no-guard-calls", action="store_true",
+                   help="let calls under tool_choice auto sample freely: by default, once the "
+                   "model opens a real call the rest follows the tool's schema")
     p.add_argument("--no-record", action="store_true", help="do not record requests")
     p.add_argument("--escape-special", action="store_true",
                    help="tokenize message content as plain text, so a special token a user "
@@ -216,4 +219,5 @@ def build_service(args: argparse.Namespace) -> Service:
                             token_counts_estimated=getattr(engine, "counts_estimated", False))
     service = Service(engine, pack, metrics=Metrics(engine), recorder=recorder)
     service.escape_special = args.escape_special  # engine/chat/special.py
+    service.guard_calls = not args.no_guard_calls  # engine/backends/llama/guard.py
     return service

@@ -61,6 +61,7 @@ class _Request:
     # Of its prompt, once finished: reused (from a slot or disk), and of those, from disk.
     cached_tokens: int = 0
     disk_tokens: int = 0
+    guided_tokens: int = 0  # tokens the call guard changed (not an anomaly: a fact of the run)
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,6 +78,7 @@ class _Request:
             "slot": self.slot,
             "cached_tokens": self.cached_tokens,
             "disk_tokens": self.disk_tokens,
+            "guided_tokens": self.guided_tokens,
             "anomalies": dict(self.anomalies),
             "implicit_reasoning_ends": self.anomalies[IMPLICIT_REASONING_END],
         }
@@ -121,6 +123,7 @@ class Metrics:
             "finish_reasons": {},
             "anomalies": dict.fromkeys(ANOMALY_KINDS, 0),
             "implicit_reasoning_ends": 0,
+            "guided_tokens": 0,
         }
 
     # -- observers -------------------------------------------------------------------------
@@ -182,6 +185,14 @@ class Metrics:
                 self._last_sample = t
                 self._add_point("tokens_per_s", t, self._rate(t))
         self._notify("on_token", id, t, gap)
+
+    def guided(self, id: str) -> None:
+        """Count one token the call guard changed (engine/backends/llama/guard.py)."""
+        with self._lock:
+            req = self._live.get(id)
+            if req is not None:
+                req.guided_tokens += 1
+            self._totals["guided_tokens"] += 1
 
     def anomaly(self, id: str, kind: str, text: str = "", t: float | None = None) -> None:
         """Count one anomaly; `text` is what it concerns (for an implicit end of thinking, the

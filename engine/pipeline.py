@@ -24,6 +24,7 @@ from engine.chat.arguments import ArgumentCheck
 from engine.metrics import Metrics
 from engine.parse.events import (
     ANOMALY,
+    GUIDED_TOKEN,
     IMPLICIT_REASONING_END,
     REASONING,
     Event,
@@ -66,6 +67,7 @@ class TokenPipeline:
         self.recorder = recorder
         self.clock = clock
         self.n_tokens = 0
+        self.n_chars = 0  # output characters fed so far (a guided token's event sits there)
         self._reasoning_tail = ""  # for the implicit-end log line: what preceded the call
         self._filters = Chain(filters)
         check = ArgumentCheck(tools)
@@ -92,6 +94,13 @@ class TokenPipeline:
     def feed(self, tok: Token, t: float | None = None) -> list[Event]:
         """Parse one token, record it, and count it at `t` (default: its own time)."""
         evs = self._see(self.parser.feed(tok.text))
+        self.n_chars += len(tok.text)
+        if tok.guided is not None:
+            # Where the call guard made the model write this token: zero-width at its end, its
+            # text what the model itself drew (not an anomaly: a fact about the run).
+            evs = [*evs, Event(GUIDED_TOKEN, tok.guided, (self.n_chars, self.n_chars))]
+            if self.metrics is not None:
+                self.metrics.guided(self.id)
         if self.recorder is not None:
             self.recorder.token(self.id, self.n_tokens, tok)
         self.n_tokens += 1

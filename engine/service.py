@@ -219,6 +219,7 @@ class Service:
         self.metrics = metrics
         self.recorder = recorder
         self.escape_special = False  # --escape-special: message content tokenized as text
+        self.guard_calls = True  # --no-guard-calls: calls under tool_choice auto unguarded
         # What the engine's tokenizer takes beyond the text (engine/backends/llama/vocab.py's:
         # llama.cpp only).
         params = inspect.signature(engine.tokenize).parameters
@@ -308,6 +309,9 @@ class Service:
                         "template renders `tools`)", run.id, self.pack.name, len(request.tools))
         job.grammar = tool_grammar.request_grammar(request, self.pack.dialect, run.start_state,
                                                    self.engine)
+        if getattr(self.engine, "guards_calls", False):  # an engine that samples (llama.cpp)
+            job.guard = tool_grammar.request_guard(request, dialect or self.pack.dialect,
+                                                   run.parser, self.engine, self.guard_calls)
         job.on_token = lambda tok: self._on_token(run, tok)
         job.on_finish = lambda fin: self._on_finish(run, fin)
         run.job = job

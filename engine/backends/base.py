@@ -27,6 +27,10 @@ class Token:
     text: str
     t: float
     top: tuple[tuple[str, float], ...] = ()
+    # The call guard's mark (engine/backends/llama/guard.py): the text of the token the model
+    # itself drew, which the call's grammar refused and replaced with this one; None when the
+    # model wrote this token (or no guard ran).
+    guided: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,17 @@ class Finish:
     prefix: PrefixMatch | None = None  # the llama engine's cache forensics (None elsewhere)
 
 
+class Guard(Protocol):
+    """What a job's call guard asks of the service (issue 22): the GBNF of one call in the
+    family's syntax, and where the parser has a real call open. `opened` runs on the engine
+    thread after each token is delivered (the parser has read it): the character offset, in the
+    job's output, of the open call's opener, or None when no call is open."""
+
+    grammar: str
+
+    def opened(self) -> int | None: ...
+
+
 @dataclass(eq=False)
 class Job:
     """One generation. The engine calls `on_token` for each token and `on_finish` once, both
@@ -101,6 +116,7 @@ class Job:
     sampling: Sampling = field(default_factory=Sampling)
     stop: tuple[str, ...] = ()
     grammar: str | None = None
+    guard: Guard | None = None  # guarded calls (the llama engine; ignored where no grammar runs)
     top_logprobs: int = 0
     on_token: Callable[[Token], None] = lambda tok: None
     on_finish: Callable[[Finish], None] = lambda fin: None

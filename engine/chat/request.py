@@ -71,6 +71,9 @@ class ChatRequest:
     `parallel_tool_calls: false`, Anthropic's `disable_parallel_tool_use: true`): the client
     gets the first complete call only (engine/parse/filters.py, `FirstCallOnly`), and a forced
     call's grammar allows exactly one.
+    guard_calls: None (the server's default: on), True or False: once the model opens a real
+    call under tool_choice "auto", the rest of it follows the tool's schema
+    (engine/backends/llama/guard.py). A request field `guard_calls` in every API sets it.
     api: the client it came from, for the request log ("openai", "anthropic", "responses",
     "gui", "replay"). Not to be confused with the pack's tool-call dialect.
     """
@@ -86,6 +89,7 @@ class ChatRequest:
     tool_choice: str = "auto"
     tool_name: str | None = None
     parallel_calls: bool = True
+    guard_calls: bool | None = None
     top_logprobs: int = 0
     api: str = "openai"
     model: str = ""

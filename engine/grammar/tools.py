@@ -61,8 +61,8 @@ from collections.abc import Iterable, Mapping
 from engine.grammar.writer import PREFIX, Writer, excluding
 from engine.parse.families import REGISTRY, CallGrammar
 
-__all__ = ["FORCED", "FORMATS", "PREFIX", "CallGrammar", "Writer", "excluding", "forced_call",
-           "request_grammar", "request_thinking", "special_ids"]
+__all__ = ["FORCED", "FORMATS", "PREFIX", "CallGrammar", "CallGuard", "Writer", "excluding",
+           "forced_call", "request_grammar", "request_guard", "request_thinking", "special_ids"]
 
 # Each family's forced-call grammar, from its record (engine/parse/families/registry.py);
 # `auto` writes Hermes' calls, which it reads as well as Qwen's.
@@ -162,3 +162,35 @@ def request_thinking(request, default: bool) -> bool:
     if request.thinking is not None:
         return request.thinking
     return False if request.tool_choice in FORCED and request.tools else default
+
+
+class CallGuard:
+    """A job's guard (the `Guard` protocol of engine/backends/base.py): the grammar of one call
+    in the family's syntax, and the run's parser, which says where a real call has opened.
+    Built on the service's thread; `opened` runs on the engine thread, where the parser is fed."""
+
+    def __init__(self, grammar: str, parser) -> None:
+        self.grammar = grammar
+        self._parser = parser
+
+    def opened(self) -> int | None:
+        return self._parser.call_opened_at
+
+
+def request_guard(request, dialect: str, parser, engine=None, default: bool = True):
+    """The call guard for a request, or None: only under tool_choice "auto" with tools declared
+    (a forced call has its grammar, "none" no calls), no other grammar of its own (a response
+    format), a family with a call grammar, and the guard on (the request's `guard_calls`, else
+    `default`: the server's --no-guard-calls)."""
+    on = request.guard_calls if request.guard_calls is not None else default
+    if (not on or not request.tools or request.tool_choice != "auto" or request.grammar
+            or dialect not in FORMATS):
+        return None
+    from engine.chat.detect import preserved_tokens
+
+    tokens = special_ids(engine, preserved_tokens(dialect)) if engine else {}
+    try:
+        grammar = forced_call(dialect, request.tools, tokens=tokens, several=False)
+    except ValueError:  # no tool has a name
+        return None
+    return CallGuard(grammar, parser)

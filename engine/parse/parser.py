@@ -136,6 +136,16 @@ class OutputParser(CallStates, TagStates):
         return "call" if self._call is not None else self._chan
 
     @property
+    def call_opened_at(self) -> int | None:
+        """Where the open call's opener starts in the output (characters; the newlines the tag
+        owns excluded), None while no call is open: the call guard starts its grammar there
+        (engine/backends/llama/guard.py)."""
+        if self._call is None:
+            return None
+        prefix = self._call_prefix
+        return self._call_start + len(prefix) - len(prefix.lstrip())
+
+    @property
     def held(self) -> str:
         """The raw text received but not yet turned into events."""
         if self._call is not None:

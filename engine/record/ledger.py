@@ -45,7 +45,7 @@ from engine.parse.events import (
 )
 from engine.parse.filters import Chain
 from engine.record.model_info import UNKNOWN, ModelInfo
-from engine.record.recording import RecordedRequest, Session, load_recording
+from engine.record.recording import OutputSummary, RecordedRequest, Session, load_recording
 from engine.record.verdict import KINDS as VERDICT_KINDS
 from engine.record.verdict import LABELS as VERDICT_LABELS
 from engine.record.verdict import Verdict, verdict_of
@@ -132,12 +132,16 @@ def _figures(req: RecordedRequest) -> tuple[float | None, float | None]:
         rate = t.tokens_per_s or None
         if ttft is not None or rate is not None:
             return ttft, rate
-    toks = req.tokens  # empty timings (an older or a hand-made file): the token times
-    if not toks:
+    # Empty timings (an older or a hand-made file): the token times.
+    out = req.summary
+    if out is None:
+        toks = req.tokens
+        out = OutputSummary(n=len(toks), first_t=toks[0].t, last_t=toks[-1].t) if toks \
+            else OutputSummary()
+    if not out.n:
         return None, None
-    ttft = toks[0].t * 1000.0
-    span = toks[-1].t - toks[0].t
-    return ttft, ((len(toks) - 1) / span if len(toks) > 1 and span > 0 else None)
+    span = out.last_t - out.first_t
+    return out.first_t * 1000.0, ((out.n - 1) / span if out.n > 1 and span > 0 else None)
 
 
 def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
@@ -179,7 +183,8 @@ def read_replies(paths: Iterable[Path | str]) -> list[Reply]:
     """Every reply of these recordings (a damaged one gives what precedes the damage)."""
     out: list[Reply] = []
     for path in paths:
-        out += replies_of(load_recording(path), str(path))
+        # Without Token objects: the ledger reads each output's text and token times only.
+        out += replies_of(load_recording(path, tokens=False), str(path))
     return out
 
 

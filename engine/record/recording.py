@@ -90,6 +90,17 @@ class RecordingError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class OutputSummary:
+    """A request's output read without its tokens (`read_session(tokens=False)`, for the
+    ledger): the text as streamed, how many tokens wrote it, the first and last token's `t`."""
+
+    text: str = ""
+    n: int = 0
+    first_t: float = 0.0
+    last_t: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class RecordedRequest:
     """One recorded request. `reading` is how its output was read (rebuilt for older files);
     `dialect` is the family as the file names it ("" in the oldest files, and possibly one this
@@ -113,6 +124,8 @@ class RecordedRequest:
     status: int | None = None  # an upstream's HTTP status behind an "error"
     counterpart: str = ""  # a rerun's request: the id of the request it re-ran
     prefix: PrefixMatch | None = None  # where its prompt left the cache (None: not recorded)
+    # Read with tokens=False: the output in short, and `tokens` is empty (None: read whole).
+    summary: OutputSummary | None = None
 
     # What the request record named apart before readings; the reading is the one truth.
     @property
@@ -130,6 +143,8 @@ class RecordedRequest:
     @property
     def text(self) -> str:
         """The model's output as it was streamed."""
+        if self.summary is not None:
+            return self.summary.text
         return "".join(tok.text for tok in self.tokens)
 
     @property
@@ -402,17 +417,29 @@ class Recorder:
 
 
 class _Builder:
-    """Collects records per request id, in the order requests appeared."""
+    """Collects records per request id, in the order requests appeared. With `keep_tokens`
+    off, a token record is checked as closely but kept as (text, t) only: no Token object
+    per token for a reader that needs the text (`prism stats`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_tokens: bool = True) -> None:
         self.header: dict = {}
         self.order: list[str] = []
         self.fields: dict[str, dict] = {}
-        self.tokens: dict[str, list[Token]] = {}
+        self.tokens: dict[str, list] = {}
+        self.keep_tokens = keep_tokens
 
     def add(self, rec: dict) -> None:
         kind = rec.get("type")
-        if kind == "request":
+        if kind == "token":  # first: nearly every record is one
+            toks = self._known(rec)
+            top = rec.get("top")  # most tokens have none: no generator for them
+            top = tuple((str(a), float(b)) for a, b in top) if top else ()
+            if self.keep_tokens:
+                toks.append(Token(int(rec["tok"]), str(rec["text"]), float(rec["t"]), top))
+            else:
+                int(rec["tok"])  # the same checks as a Token's, so the same damage is found
+                toks.append((str(rec["text"]), float(rec["t"])))
+        elif kind == "request":
             rid = str(rec["id"])
             if rid in self.fields:
                 raise ValueError(f"duplicate request id {rid!r}")
@@ -437,11 +464,6 @@ class _Builder:
             self.order.append(rid)
             self.tokens[rid] = []
             self.fields[rid] = fields
-        elif kind == "token":
-            toks = self._known(rec)
-            top = rec.get("top")  # most tokens have none: no generator for them
-            top = tuple((str(a), float(b)) for a, b in top) if top else ()
-            toks.append(Token(int(rec["tok"]), str(rec["text"]), float(rec["t"]), top))
         elif kind == "finish":
             self._known(rec)
             f = self.fields[str(rec["id"])]
@@ -458,24 +480,36 @@ class _Builder:
             self.fields[str(rec["id"])]["counterpart"] = str(rec["of"])
         # Unknown record types are skipped on purpose (forward compatible within a version).
 
-    def _known(self, rec: dict) -> list[Token]:
+    def _known(self, rec: dict) -> list:
         rid = str(rec["id"])
-        if rid not in self.tokens:
+        toks = self.tokens.get(rid)
+        if toks is None:
             raise ValueError(f"{rec.get('type')} record for unknown request {rid!r}")
-        return self.tokens[rid]
+        return toks
 
     def session(self) -> Session:
-        reqs = tuple(
-            RecordedRequest(tokens=tuple(self.tokens[rid]), **self.fields[rid])
-            for rid in self.order
-        )
+        if self.keep_tokens:
+            reqs = tuple(RecordedRequest(tokens=tuple(self.tokens[rid]), **self.fields[rid])
+                         for rid in self.order)
+        else:
+            reqs = tuple(RecordedRequest(summary=_summary(self.tokens[rid]), **self.fields[rid])
+                         for rid in self.order)
         return Session(header=dict(self.header), requests=reqs)
 
 
-def read_session(path: Path | str, *, strict: bool = True) -> Session:
+def _summary(pieces: list[tuple[str, float]]) -> OutputSummary:
+    if not pieces:
+        return OutputSummary()
+    return OutputSummary("".join(p[0] for p in pieces), len(pieces), pieces[0][1],
+                         pieces[-1][1])
+
+
+def read_session(path: Path | str, *, strict: bool = True, tokens: bool = True) -> Session:
     """Read a recording. A damaged line raises `RecordingError` (with `.line` and
-    `.partial`); with strict=False the partial session is returned instead."""
-    b = _Builder()
+    `.partial`); with strict=False the partial session is returned instead. With
+    tokens=False each request's output is read as its `summary`, without Token objects (its
+    `tokens` are empty): what the ledger needs, at a fraction of the cost."""
+    b = _Builder(keep_tokens=tokens)
     with Path(path).open("r", encoding="utf-8", errors="replace", newline="\n") as f:
         data = f.read()
     lines = data.split("\n")
@@ -509,13 +543,53 @@ def read_session(path: Path | str, *, strict: bool = True) -> Session:
                     strict,
                 )
             b.header = rec
+            # The rest decoded at once where every line is one whole record (what the
+            # recorder writes); anything else is read line by line, which names the damage.
+            rest = _whole_lines(data, len(line) + 1) if ends_cleanly else None
+            if rest is not None:
+                for k, rec in enumerate(rest, start=2):
+                    if (why := _add(b, rec)) is not None:
+                        return _fail(why, k, b, strict)
+                return b.session()
             continue
-        try:
-            b.add(rec)
-        except (KeyError, TypeError, ValueError) as e:
-            detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
-            return _fail(f"bad {rec.get('type', '?')} record: {detail}", n, b, strict)
+        if (why := _add(b, rec)) is not None:
+            return _fail(why, n, b, strict)
     return b.session()
+
+
+def _add(b: _Builder, rec: dict) -> str | None:
+    """Add one record; returns what is wrong with it, or None."""
+    try:
+        b.add(rec)
+    except (KeyError, TypeError, ValueError) as e:
+        detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+        return f"bad {rec.get('type', '?')} record: {detail}"
+    return None
+
+
+_DECODER = json.JSONDecoder()  # json.loads's own settings
+
+
+def _whole_lines(data: str, start: int) -> list[dict] | None:
+    """Every line of `data` from `start` on as its JSON object, when each line is exactly one
+    object, from its first character to its newline; None otherwise. Scanning the text in
+    place skips json.loads' per-call work (a file is mostly one-line token records: `prism
+    stats` reads hundreds of thousands), and a line it takes is one json.loads reads the same."""
+    scan = _DECODER.scan_once
+    out: list[dict] = []
+    pos, n = start, len(data)
+    try:
+        while pos < n:
+            if data[pos] != "{":
+                return None
+            rec, end = scan(data, pos)
+            if end >= n or data[end] != "\n":
+                return None
+            out.append(rec)
+            pos = end + 1
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    return out
 
 
 def is_recording(path: Path | str) -> bool:
@@ -530,11 +604,12 @@ def is_recording(path: Path | str) -> bool:
     return isinstance(head, dict) and head.get("format") == FORMAT
 
 
-def load_recording(path: Path | str) -> Session:
+def load_recording(path: Path | str, *, tokens: bool = True) -> Session:
     """Read a recording for playing it (to clients or in the window): a damaged file gives
-    what precedes the damage, with a warning logged, rather than nothing."""
+    what precedes the damage, with a warning logged, rather than nothing. `tokens`: as
+    `read_session`'s."""
     try:
-        return read_session(path)
+        return read_session(path, tokens=tokens)
     except RecordingError as e:
         log.warning("[prism] %s: %s; playing what precedes it", path, e)
         return e.partial

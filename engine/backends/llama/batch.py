@@ -38,7 +38,9 @@ from pathlib import Path
 
 from engine.backends.base import Finish, Job, Timings
 from engine.backends.llama.abort import PrefillAbort
+from engine.backends.llama.chunks import ChunkSizer
 from engine.backends.llama.disk_cache import DiskCache
+from engine.backends.llama.guard import CallGuard
 from engine.backends.llama.reuse import DiskReuse, prefix_match
 from engine.backends.llama.slots import (
     Active,
@@ -55,7 +57,9 @@ from engine.backends.queued import StopGate
 log = logging.getLogger("prism")
 
 N_BATCH = 512  # tokens per decode step (llama-cpp-python's default n_batch)
-PREFILL_CHUNK = 256  # prompt tokens per step while other sequences generate
+# The most prompt tokens per step while other sequences generate; engine/backends/llama/chunks.py
+# makes it fewer where a token's share of a step is dear (a CPU), so they keep their pace.
+PREFILL_CHUNK = 256
 SHARE_MIN = 64  # tokens of prefix worth copying another slot's split cache for (_borrow)
 
 
@@ -83,7 +87,7 @@ class Batcher:
         self.vocab = vocab
         self._path = model_path
         self._finish = finish
-        self.prefill_chunk = prefill_chunk
+        self.sizer = ChunkSizer(prefill_chunk)  # how big a chunk beside generating rows
         mp = C.llama_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
         # verbose=True whatever `verbose` says: otherwise llama-cpp-python silences the whole
@@ -111,6 +115,7 @@ class Batcher:
         self.n_vocab = vocab.n_vocab
         self._vocab_ptr = self._model.vocab
         self._batch = C.llama_batch_init(self.n_batch, 0, 1)
+        self._eog = int(C.llama_vocab_eos(self._vocab_ptr))  # the guard's "call complete" probe
         self.slots = [Slot(seq) for seq in range(parallel)]
         self._order: list[Active] = []  # active jobs, in admission order
         self._abort = PrefillAbort(self.ctx)  # for prefill-only steps (module docstring)
@@ -213,6 +218,8 @@ class Batcher:
             limit = min(limit, job.max_tokens)
         a = Active(job, slot, prompt, sampler, StopGate(job.stop), limit, start, queue_ms, keep,
                    disk=disk, prefix=prefix)
+        if job.guard is not None:  # the service gives none where a forced grammar binds the job
+            a.guard = CallGuard(job.guard, self._vocab_ptr, self.n_vocab, self._eog)
         slot.active = a
         job.slot = slot.seq
         self._order.append(a)
@@ -263,7 +270,8 @@ class Batcher:
             self._put(n, a.pending, len(a.slot.kv), a.slot.seq, True)
             a.row, n = n, n + 1
         chunks: list[tuple[Active, list[int]]] = []
-        cap = self.prefill_chunk if generating else self.n_batch
+        # Beside generating rows a chunk is sized so that they keep their pace (chunks.py).
+        cap = self.sizer.cap(len(generating)) if generating else self.n_batch
         for a in self._order:
             if n >= self.n_batch:
                 break
@@ -280,6 +288,7 @@ class Batcher:
         if n == 0:
             return
         b.n_tokens = n
+        t0 = now()
         self._abort.arm(() if generating else (a.job.cancelled for a, _ in chunks))
         try:
             rc = C.llama_decode(self.ctx, b)
@@ -302,6 +311,8 @@ class Batcher:
                 self._sampled(a, t)
             except Exception as e:  # a consumer's callback: that job ends, the others go on
                 self._end(a, "error", f"{type(e).__name__}: {e}")
+        # Timed to the last sample: a GPU's decode returns before its work is done.
+        self.sizer.observe(n, now() - t0)
 
     def _put(self, i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
         b = self._batch
@@ -316,7 +327,12 @@ class Batcher:
 
         if not a.t_prompt:
             a.t_prompt = t
-        tok = a.sampler.sample(self.ctx, a.row)
+        g = a.guard
+        own = None
+        if g is not None and g.active:
+            tok, own = g.sample(a.sampler, self.ctx, a.row)
+        else:
+            tok = a.sampler.sample(self.ctx, a.row)
         t_tok = now()
         a.t_first = a.t_first or t_tok
         if C.llama_vocab_is_eog(self._vocab_ptr, tok):
@@ -326,8 +342,15 @@ class Batcher:
         k = a.job.top_logprobs
         top = top_logprobs(self.ctx, self._vocab_ptr, self.n_vocab, a.row, k) if k > 0 else ()
         text = piece(self._vocab_ptr, tok, tok in self.vocab.preserved)  # vocab.py
-        for out in a.gate.push(tok, text, t_tok, top):
+        guided = None
+        if own is not None:
+            guided = piece(self._vocab_ptr, own, own in self.vocab.preserved).decode(
+                "utf-8", "replace")
+        for out in a.gate.push(tok, text, t_tok, top, guided):
             a.job.on_token(out)
+        if g is not None:  # the parser has read the token: a call opened, or its grammar ended
+            a.output.extend(text)
+            g.after(a.output)
         if a.gate.stopped:
             self._end(a, "stop")
         elif a.n_out >= a.limit:
@@ -388,6 +411,8 @@ class Batcher:
         a.slot.active = None
         a.slot.used_at = now()
         a.sampler.close()
+        if a.guard is not None:
+            a.guard.close()
         # A cancelled prefill is saved too: a client that gave up after minutes of it (Open
         # WebUI's tools prompt) finds the part that was done when it asks again.
         if self._reuse is not None and reason != "error":

@@ -55,6 +55,8 @@ log = logging.getLogger("prism")
 class LlamaEngine(QueuedEngine):
     """The Engine protocol over llama-cpp-python's low-level API. See the module docstring."""
 
+    guards_calls = True  # it samples: a job's call guard runs here (guard.py)
+
     def __init__(
         self,
         model_path: Path | str,

@@ -1,0 +1,241 @@
+"""A short request beside a long prefill: does it keep its pace, and what does the prefill pay?
+(issue 24, item 5: opencode's title request decoded at 0.5 tokens/s beside its 7.4k-token
+prompt.) Prints medians; not part of the test suite.
+
+Each measurement is a fresh `LlamaEngine(parallel=2)` on the default model (split caches, as
+`prism serve` picks for it; no disk cache), greedy:
+
+- *short alone*: a short prompt that generates `--short-tokens` tokens: its decode tokens/s
+  (after its first token);
+- *long alone*: a prompt of about `--long-tokens` tokens, one token out: its prefill time
+  (`Timings.prompt_ms`);
+- *beside*, once per chunking variant: the short request first; once it has its first token,
+  the long one. The short request's tokens/s while the long one is in prefill, and the long
+  one's prefill time.
+
+Variants (the chunk a step may carry beside a generating sequence; engine/backends/llama/chunks.py):
+`fixed-256` (the chunk before issue 24), `fixed-N` (`--fixed`), `alternate` (256 tokens every
+other step, none between), `timed-F` (the sizer's fit, a chunk step at most F times a plain
+step; `--fair`, the first is the default `FAIR_STEP`). Every round runs the two lone
+measurements and every variant, in an order rotated each round, so a change in the machine's
+load touches them all alike.
+
+    python bench/fairness.py [--rounds 3] [--long-tokens 4200] [--short-tokens 32] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.backends.base import Finish, Job, Token
+from engine.backends.llama.batch import PREFILL_CHUNK
+from engine.backends.llama.chunks import FAIR_STEP, ChunkSizer
+from engine.backends.llama.engine import LlamaEngine
+from engine.chat.packs import resolve_pack
+from engine.chat.request import Sampling
+
+GREEDY = Sampling(temperature=0.0)
+
+
+def chatml(user: str) -> str:
+    return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+class Alternate(ChunkSizer):
+    """A full chunk on every other step beside generating rows, none on the steps between."""
+
+    def __init__(self, max_chunk: int) -> None:
+        super().__init__(max_chunk, fair=None)
+        self._odd = False
+
+    def cap(self, generating: int) -> int:
+        self._odd = not self._odd
+        return self.max_chunk if self._odd else 0
+
+
+class Watch(ChunkSizer):
+    """Wraps a sizer to record the chunk sizes it gave while a sequence generated."""
+
+    def __init__(self, inner: ChunkSizer) -> None:
+        super().__init__(inner.max_chunk)
+        self.inner, self.caps = inner, []
+
+    def cap(self, generating: int) -> int:
+        k = self.inner.cap(generating)
+        self.caps.append(k)
+        return k
+
+    def observe(self, n: int, seconds: float) -> None:
+        self.inner.observe(n, seconds)
+
+
+
+def variants(fixed: list[int], fairs: list[float]) -> dict[str, Callable[[], ChunkSizer]]:
+    out: dict[str, Callable[[], ChunkSizer]] = {
+        f"fixed-{PREFILL_CHUNK}": lambda: ChunkSizer(PREFILL_CHUNK, fair=None)}
+    for k in fixed:
+        out[f"fixed-{k}"] = lambda k=k: ChunkSizer(k, fair=None)
+    out["alternate"] = lambda: Alternate(PREFILL_CHUNK)
+    for f in fairs:
+        out[f"timed-{f:g}"] = lambda f=f: ChunkSizer(PREFILL_CHUNK, fair=f)
+    return out
+
+
+class Collector:
+    def __init__(self, prompt: str, max_tokens: int) -> None:
+        self.tokens: list[Token] = []
+        self.done = threading.Event()
+        self.finish: Finish | None = None
+        self.job = Job(prompt=prompt, max_tokens=max_tokens, sampling=GREEDY,
+                       on_token=self.tokens.append, on_finish=self._end,
+                       submitted_at=time.perf_counter())
+
+    def _end(self, fin: Finish) -> None:
+        self.finish = fin
+        self.done.set()
+
+    def wait(self) -> Finish:
+        if not self.done.wait(600):
+            raise SystemExit("a request did not finish in 600 s")
+        assert self.finish is not None
+        if self.finish.reason not in ("stop", "length"):
+            raise SystemExit(f"a request ended {self.finish.reason}: {self.finish.error}")
+        return self.finish
+
+
+def rate(tokens: list[Token], since: float = 0.0) -> float:
+    """Tokens/s over the tokens decoded after `since` (the first of them starts the clock)."""
+    ts = [t.t for t in tokens if t.t >= since]
+    return (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 and ts[-1] > ts[0] else float("nan")
+
+
+def engine(path: Path, threads: int | None, sizer: ChunkSizer | None = None) -> LlamaEngine:
+    eng = LlamaEngine(path, n_ctx=8192, parallel=2, n_threads=threads, kv_unified=False)
+    if not eng.ready.wait(120) or eng.load_error:
+        raise SystemExit(f"the model did not load: {eng.load_error}")
+    if sizer is not None:
+        eng._batcher.sizer = sizer  # before any job: the worker reads it at its next step
+    return eng
+
+
+def short_alone(path: Path, threads: int | None, short: str, n: int) -> float:
+    eng = engine(path, threads)
+    try:
+        s = Collector(short, n)
+        eng.submit(s.job)
+        s.wait()
+        return rate(s.tokens)
+    finally:
+        eng.close()
+
+
+def long_alone(path: Path, threads: int | None, long: str) -> float:
+    eng = engine(path, threads)
+    try:
+        job = Collector(long, 1)
+        eng.submit(job.job)
+        return job.wait().timings.prompt_ms
+    finally:
+        eng.close()
+
+
+def beside(path: Path, threads: int | None, short: str, n: int, long: str,
+           sizer: ChunkSizer) -> tuple[float, float, int, float]:
+    """(short's tokens/s while the long one is in prefill, long's prefill ms, short's tokens
+    in that time, median chunk beside it)."""
+    watch = Watch(sizer)
+    eng = engine(path, threads, watch)
+    try:
+        s = Collector(short, n)
+        eng.submit(s.job)
+        while not s.tokens and not s.done.is_set():
+            time.sleep(0.001)
+        lo = Collector(long, 1)
+        t_long = time.perf_counter()
+        eng.submit(lo.job)
+        fin = lo.wait()
+        s.wait()
+        t_end = t_long + fin.timings.queue_ms / 1000 + fin.timings.prompt_ms / 1000
+        during = [t for t in s.tokens if t_long <= t.t <= t_end]
+        caps = [k for k in watch.caps if k > 0]
+        return (rate(during), fin.timings.prompt_ms, len(during),
+                statistics.median(caps) if caps else float("nan"))
+    finally:
+        eng.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--long-tokens", type=int, default=4200,
+                    help="the long prompt's length, about (default 4200)")
+    ap.add_argument("--short-tokens", type=int, default=32,
+                    help="tokens the short request generates (default 32)")
+    ap.add_argument("--fixed", type=int, nargs="*", default=[16],
+                    help="fixed chunk sizes to compare beside the old 256 (default 16)")
+    ap.add_argument("--fair", type=float, nargs="*", default=[FAIR_STEP, 2.0],
+                    help=f"the timed sizer's step ratios (default {FAIR_STEP:g} 2)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="llama.cpp threads (default: the engine's, as prism serve)")
+    ap.add_argument("--quick", action="store_true",
+                    help="one round, a 2,000-token prompt, the old chunk and the default only")
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.long_tokens, args.fixed, args.fair = 1, 2000, [], [FAIR_STEP]
+    path = resolve_pack("smollm2").gguf
+    assert path is not None
+    short = chatml("Count from 1 to 200, separated by commas.")
+    # ~11 tokens a sentence; the numbers make every prompt its own (no cache to share)
+    sentences = max(1, args.long_tokens // 11)
+    long = chatml("Summarise these notes. " + " ".join(
+        f"Note {i}: the shipment left the depot on time." for i in range(sentences)))
+    runs = variants(args.fixed, args.fair)
+    names = ["short alone", "long alone", *runs]
+    got: dict[str, list] = {name: [] for name in names}
+    print(f"load {Path('/proc/loadavg').read_text().split()[0]}; long prompt "
+          f"{len(engine_tokens(path, long))} tokens, short {args.short_tokens} out; "
+          f"{args.rounds} round(s)", flush=True)
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            if name == "short alone":
+                got[name].append(short_alone(path, args.threads, short, args.short_tokens))
+            elif name == "long alone":
+                got[name].append(long_alone(path, args.threads, long))
+            else:
+                got[name].append(beside(path, args.threads, short, args.short_tokens, long,
+                                        runs[name]()))
+        print(f"round {r + 1} done (load {Path('/proc/loadavg').read_text().split()[0]})",
+              flush=True)
+    med = statistics.median
+    alone_tps = med(got["short alone"])
+    alone_ms = med(got["long alone"])
+    print(f"short alone: {alone_tps:.1f} tokens/s; long alone: prefill {alone_ms:.0f} ms")
+    print(f"{'variant':<12} {'short tok/s':>11} {'vs alone':>9} {'prefill ms':>10} "
+          f"{'vs alone':>9} {'chunk':>6} {'short toks':>10}")
+    for name in runs:
+        rows = got[name]
+        tps, ms = med(r[0] for r in rows), med(r[1] for r in rows)
+        print(f"{name:<12} {tps:>11.1f} {alone_tps / tps:>8.2f}x {ms:>10.0f} "
+              f"{ms / alone_ms - 1:>+8.1%} {med(r[3] for r in rows):>6.0f} "
+              f"{med(r[2] for r in rows):>10.0f}")
+
+
+def engine_tokens(path: Path, text: str) -> list[int]:
+    eng = engine(path, 1)
+    try:
+        return eng.tokenize(text)
+    finally:
+        eng.close()
+
+
+if __name__ == "__main__":
+    main()
