@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _usage() -> str:
-    lines = ["usage: prism [gui|serve|parse|doctor] [options] | prism --version", "", "verbs:"]
+    lines = [f"usage: prism [{'|'.join(VERBS)}] [options] | prism --version", "", "verbs:"]
     lines += [f"  {verb:7} {help_text}" for verb, (_, help_text) in VERBS.items()]
     lines += ["", "`prism VERB --help` shows a verb's options; `prism` alone opens the window."]
     return "\n".join(lines)

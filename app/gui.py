@@ -5,10 +5,12 @@
 
 Owns `add_arguments`, `run` and `Inspector`, the wiring: one service (app.config), a
 `LiveFeed` that carries its run updates to tracks, a `Playback` for recordings, the
-`MainWindow`, and the HTTP server (app.api.server) running in the same asyncio loop, which is
-qasync's Qt loop. Threads: everything here runs on the main (GUI) thread; the engine runs on
-its own thread and only appends to the feed's deque, which the window drains on its ~30 Hz
-frame timer.
+`MainWindow`, the HTTP server (app.api.server) running in the same asyncio loop, which is
+qasync's Qt loop, and the window's reruns (Request → Re-run on…: `start_rerun`). Threads:
+everything here runs on the main (GUI) thread but a rerun, which builds the other engine's
+service and runs `prism rerun`'s loop (app/rerun.py) on a thread of its own ("prism-rerun");
+the engines run on their own threads and only append to the feeds' deques, which the window
+drains on its ~30 Hz frame timer.
 
 `--replay FILE...` serves those outputs to clients, as `prism serve --replay` does, and also
 opens them in the window's playback (at 1× unless `--replay-speed` says otherwise).
@@ -25,6 +27,7 @@ import contextlib
 import logging
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,10 +37,12 @@ from engine.chat.detect import UNKNOWN
 
 if TYPE_CHECKING:  # the verbs share one parser: importing the engine here would slow `parse`
     from engine.service import Service
+    from inspector.rerun import EngineChoice, RerunFeed, RerunPlan
 
 log = logging.getLogger("prism")
 
 SCREENSHOT_SETTLE_S = 0.6  # after a replay ends: let the charts take their next sample
+RERUN_JOIN_S = 15.0  # at close: how long a cancelled rerun may take to free its engine
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,6 +59,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quit-after", type=float, metavar="SECONDS",
                    help="quit after this many seconds (with --screenshot: take it then)")
 
+
+
+def rerun_packs() -> list[str]:
+    """The built-in packs Re-run on… offers: those that come with a model (the default
+    first); the others need a GGUF file, which the dialog takes too."""
+    from app.config import DEFAULT_PACK
+    from engine.chat.packs import PackError, builtin_packs
+
+    try:
+        specs = builtin_packs()
+    except PackError:
+        return [DEFAULT_PACK]
+    named = [n for n, s in specs.items() if s.gguf_package or s.assemble_package]
+    return sorted(named, key=lambda n: (n != DEFAULT_PACK, n))
 
 
 def window_title(engine_name: str, pack) -> str:
@@ -82,7 +101,9 @@ class Inspector:
         engine = service.engine
         self.window = MainWindow(self.store, self.playback, [self.feed, self.playback],
                                  submit=service.submit,
-                                 title=window_title(engine.name, service.pack))
+                                 title=window_title(engine.name, service.pack),
+                                 rerun=self.start_rerun, packs=rerun_packs())
+        self._reruns: list[tuple[RerunFeed, threading.Thread]] = []
         self.window.server_toggled.connect(self._server_toggled)
         self.server = None
         self.url: str | None = None
@@ -170,10 +191,62 @@ class Inspector:
         self._toggle_task = asyncio.ensure_future(
             self.start_server() if on else self.stop_server())
 
+    # -- reruns ----------------------------------------------------------------------------
+
+    def start_rerun(self, choice: EngineChoice, plan: RerunPlan) -> RerunFeed:
+        """Request → Re-run on…: a feed for the window now, the rerun on a thread of its own
+        (building the other engine loads a model or asks a server)."""
+        from inspector.rerun import RerunFeed
+
+        feed = RerunFeed(plan, self.store, choice)
+        thread = threading.Thread(target=self._rerun, args=(feed, choice, plan),
+                                  name="prism-rerun", daemon=True)
+        self._reruns.append((feed, thread))
+        thread.start()
+        return feed
+
+    def _rerun(self, feed: RerunFeed, choice: EngineChoice, plan: RerunPlan) -> None:
+        """The rerun's thread: `prism rerun`'s service and loop. The window's recording
+        setting holds for it: a window that records writes each rerun to a file of its own,
+        naming what it re-ran."""
+        from app import rerun
+
+        try:
+            service = rerun.service_for(choice)
+        except (SystemExit, Exception) as e:  # a bad path, pack or URL: said in the window
+            feed.fail(f"cannot re-run on {choice.describe()}: {e}")
+            return
+        recorder = None
+        try:
+            if self.service.recorder is not None:
+                recorder = service.recorder = rerun.recorder_for(service, None, plan.rerun_of)
+            feed.attach(service)
+            report = rerun.rerun_requests(
+                service, plan.requests, recorder,
+                overrides=rerun.Overrides(max_tokens=choice.max_tokens),
+                progress=feed.say, before=feed.expect, sent=feed.sent, stopped=feed.stopped)
+            where = f", recorded in {report.path}" if report.path else ""
+            feed.done(f"re-run of {plan.label} on {service.engine.name}: "
+                      f"{report.done}/{report.total} requests, {report.tokens} tokens"
+                      + (f", {report.failed} not sent" if report.failed else "")
+                      + (" (stopped)" if report.interrupted else "") + where)
+        except Exception as e:  # the window must hear of it; the thread ends either way
+            log.exception("[prism] the re-run on %s failed", choice.describe())
+            feed.fail(f"the re-run on {choice.describe()} failed: {e}")
+        finally:
+            if recorder is not None:
+                recorder.close()
+            service.engine.close()
+
     # -- life ------------------------------------------------------------------------------
 
     async def close(self) -> None:
         self._status.stop()
+        for feed, _thread in self._reruns:
+            feed.cancel()
+        for feed, thread in self._reruns:
+            thread.join(RERUN_JOIN_S)
+            feed.close()
         await self.stop_server()
         self.feed.close()
         self.service.engine.close()

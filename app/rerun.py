@@ -8,7 +8,11 @@
 own).
 
 Owns `add_arguments`, `run`, `rebuild` (a recorded request as a `ChatRequest` again, with the
-sampling overrides) and `rerun_session`, the loop. Each request goes through the same
+sampling overrides), `rerun_requests`, the loop (and `rerun_session`, the loop over one
+recording), `service_for` (the service an `EngineChoice` names) and `recorder_for` (a rerun's
+recording). The window's *Re-run on…* runs the same loop with the same service on a thread of
+its own (app/gui.py), through the loop's hooks: each request is announced before it is sent,
+each run once sent, and a stop is asked for between tokens. Each request goes through the same
 `Service` that `prism serve` and the window build (app/config.py), so it is rendered with the
 other engine's template, generated, parsed, measured and recorded on the same path. What is
 sent again: the messages, tools, tool_choice, sampling and seed, thinking and every other
@@ -21,8 +25,8 @@ Requests run one after the other (`--parallel 1` unless given): a rerun is a mea
 and one sequence at a time keeps a seeded request's tokens the same from run to run. Progress
 goes to stderr (requests done / total, tokens/s, ETA); at the end, each pair's change, the
 most changed first (engine/record/compare.py). Ctrl-C cancels the request in flight and keeps
-what was done: every record is on disk as it is written. Main thread only; the engine
-generates on its own thread.
+what was done: every record is on disk as it is written. The loop runs on the caller's thread
+(the main thread here, the window's rerun thread there); the engine generates on its own.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import argparse
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -41,7 +45,8 @@ from app.config import add_engine_arguments
 if TYPE_CHECKING:  # `prism parse` shares the parser: the engine loads only for this verb
     from engine.chat.request import ChatRequest
     from engine.record.recording import RecordedRequest, Recorder, Session
-    from engine.service import Service
+    from engine.service import Run, Service
+    from inspector.rerun import EngineChoice
 
 CANCEL_WAIT_S = 10.0  # after Ctrl-C: how long the cancelled request may take to finish
 
@@ -78,7 +83,7 @@ class Overrides:
 class RerunReport:
     """One recording re-run: where it went, how many of its requests, and how fast."""
 
-    path: Path
+    path: Path | None  # None: not recorded
     done: int
     total: int
     tokens: int
@@ -124,35 +129,69 @@ def progress_line(done: int, total: int, tokens: int, seconds: float, elapsed: f
     return f"rerun: {done}/{total} requests · {rate:.1f} tok/s · ETA {_clock(eta)}"
 
 
-def rerun_session(service: Service, session: Session, recorder: Recorder, *,
+def rerun_session(service: Service, session: Session, recorder: Recorder | None, *,
                   overrides: Overrides = Overrides(),
                   progress: Callable[[str], None] | None = None) -> RerunReport:
-    """Send each of `session`'s requests to `service`, one at a time, naming each new request's
-    original in `recorder` (the service's). A request the other engine refuses (its template
-    fails, or the prompt does not fit its context) is counted as failed and skipped. Ctrl-C
-    (KeyboardInterrupt) cancels the request in flight, waits for its finish record, and ends
-    the loop: the report says `interrupted`."""
+    """`rerun_requests` over every request of one recording."""
+    return rerun_requests(service, session.requests, recorder, overrides=overrides,
+                          progress=progress)
+
+
+def rerun_requests(service: Service, requests: Sequence[RecordedRequest],
+                   recorder: Recorder | None, *, overrides: Overrides = Overrides(),
+                   progress: Callable[[str], None] | None = None,
+                   before: Callable[[RecordedRequest, ChatRequest], None] | None = None,
+                   sent: Callable[[Run], None] | None = None,
+                   stopped: Callable[[], bool] | None = None) -> RerunReport:
+    """Send each request to `service`, one at a time, naming each new request's original in
+    `recorder` (the service's; None: not recorded). A request the other engine refuses (its
+    template fails, or the prompt does not fit its context) is counted as failed and skipped
+    (a template's refusal is recorded, and named, all the same: engine/service.py).
+
+    Hooks, on this thread: `before(original, request)` just before a request is sent (the
+    window links the track its run makes to the original by it), `sent(run)` once it is,
+    `stopped()` between requests and once each is sent (true: cancel the one in flight, which
+    the caller may also cancel itself, and end). Ctrl-C (KeyboardInterrupt) is a stop too.
+    A stop waits for the cancelled run's finish record; the report says `interrupted`."""
     from engine.chat.template import TemplateError
     from engine.service import ContextOverflow
 
-    total = len(session.requests)
+    total = len(requests)
     done = failed = tokens = 0
     seconds = 0.0
     started = time.perf_counter()
     interrupted = False
-    for rec in session.requests:
+    for rec in requests:
         run = None
         t0 = time.perf_counter()
         try:
+            if stopped is not None and stopped():
+                interrupted = True
+                break
+            request = rebuild(rec, overrides)
+            if before is not None:
+                before(rec, request)
             try:
-                run = service.submit(rebuild(rec, overrides))
+                run = service.submit(request)
             except (TemplateError, ContextOverflow) as e:
                 failed += 1
+                refused = getattr(e, "request_id", "")  # recorded: name its original too
+                if refused and recorder is not None:
+                    recorder.counterpart(refused, rec.id)
                 if progress is not None:
                     progress(f"rerun: {rec.id} not sent: {e}")
                 continue
-            recorder.counterpart(run.id, rec.id)
+            if recorder is not None:
+                recorder.counterpart(run.id, rec.id)
+            if sent is not None:
+                sent(run)
+            if stopped is not None and stopped():
+                raise KeyboardInterrupt  # asked while it was being sent: as Ctrl-C then
             run.wait()
+            if run.finish is not None and run.finish.reason == "cancelled" and \
+                    stopped is not None and stopped():
+                interrupted = True  # the caller cancelled it: a stop, not a request done
+                break
             done += 1
             tokens += len(run.tokens)
             seconds += time.perf_counter() - t0
@@ -165,7 +204,35 @@ def rerun_session(service: Service, session: Session, recorder: Recorder, *,
                 run.cancel()
                 run.wait(CANCEL_WAIT_S)  # its finish record ("cancelled") is written then
             break
-    return RerunReport(recorder.path, done, total, tokens, seconds, failed, interrupted)
+    return RerunReport(recorder.path if recorder is not None else None, done, total, tokens,
+                       seconds, failed, interrupted)
+
+
+def service_for(choice: EngineChoice, *, parallel: int = 1) -> Service:
+    """The service `prism rerun` builds for an engine named by the window's *Re-run on…*
+    (a GGUF file, a built-in pack, an upstream URL), unrecorded: the rerun records to a file
+    of its own (`recorder_for`). Loads the model (or asks the upstream): not on the GUI
+    thread. A bad choice is a SystemExit with the reason, as on the command line."""
+    from app.config import build_service
+
+    p = argparse.ArgumentParser(prog="prism rerun", add_help=False)
+    add_engine_arguments(p)
+    p.set_defaults(parallel=parallel)
+    args = p.parse_args([*choice.argv(), "--no-record"])
+    return build_service(args)
+
+
+def recorder_for(service: Service, path: Path | None, rerun_of: str = "") -> Recorder:
+    """A rerun's recording: naming what generated it (so `prism stats` groups it) and, when
+    it re-runs a whole recording, that recording (`rerun_of`). `path` None: a new file in the
+    recordings folder."""
+    from engine.record.model_info import LOCAL, describe
+    from engine.record.recording import Recorder
+
+    base = getattr(service.engine, "base", "")
+    return Recorder(path, model=service.engine.name, pack=service.pack.name, upstream=base,
+                    rerun_of=rerun_of,
+                    info=describe(service.pack, base or LOCAL, service.engine.name).to_dict())
 
 
 def _engine_named(args: argparse.Namespace) -> None:
@@ -219,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     _engine_named(args)
     from app.config import build_service
     from engine.record.compare import compare_sessions
-    from engine.record.recording import Recorder, RecordingError, read_session
+    from engine.record.recording import RecordingError, read_session
 
     sessions = []
     for path in args.recordings:
@@ -240,10 +307,7 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     try:
         for path, session in sessions:
-            recorder = Recorder(_out_path(args, path), model=service.engine.name,
-                                pack=service.pack.name,
-                                upstream=getattr(service.engine, "base", "") if args.upstream
-                                else "", rerun_of=str(path.resolve()))
+            recorder = recorder_for(service, _out_path(args, path), str(path.resolve()))
             service.recorder = recorder
             try:
                 report = rerun_session(

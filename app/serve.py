@@ -1,7 +1,8 @@
 """The `prism serve` verb: the local server alone, no window.
 
     prism serve [--host 127.0.0.1] [--port 8421] [--pack NAME | --model FILE.gguf |
-                --replay FILE...] [--api-key KEY] [--no-record]
+                --replay FILE... [--replay-tools-only] [--replay-strict-order]]
+                [--api-key KEY] [--no-record]
                 [--reasoning-field reasoning_content|reasoning|both] [--max-queue N]
                 [--n-ctx N] [--max-tokens N] [--log-level LEVEL]
 

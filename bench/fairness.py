@@ -5,20 +5,20 @@ prompt.) Prints medians; not part of the test suite.
 Each measurement is a fresh `LlamaEngine(parallel=2)` on the default model (split caches, as
 `prism serve` picks for it; no disk cache), greedy:
 
-- *short alone*: a short prompt that generates `--short-tokens` tokens: its decode tokens/s
-  (after its first token);
 - *long alone*: a prompt of about `--long-tokens` tokens, one token out: its prefill time
   (`Timings.prompt_ms`);
-- *beside*, once per chunking variant: the short request first; once it has its first token,
-  the long one. The short request's tokens/s while the long one is in prefill, and the long
-  one's prefill time.
+- per chunking variant, on one engine: *short alone*, a short prompt that generates
+  `--short-tokens` tokens (its decode tokens/s after its first token); then *beside*: the
+  short request again, and once it has its first token the long one: the short request's
+  tokens/s while the long one is in prefill, and the long one's prefill time.
 
 Variants (the chunk a step may carry beside a generating sequence; engine/backends/llama/chunks.py):
 `fixed-256` (the chunk before issue 24), `fixed-N` (`--fixed`), `alternate` (256 tokens every
-other step, none between), `timed-F` (the sizer's fit, a chunk step at most F times a plain
-step; `--fair`, the first is the default `FAIR_STEP`). Every round runs the two lone
-measurements and every variant, in an order rotated each round, so a change in the machine's
-load touches them all alike.
+other step, none between), `timed-F` (the sizer: the generating row at most F times slower
+than alone; `--fair`, the first is the default `FAIR_STEP`). Every round runs the lone prefill
+and every variant, in an order rotated each round, so a change in the machine's
+load touches them all alike; each variant's short request is compared with its own lone run
+just before, and its prefill with that round's lone one (medians of the ratios).
 
     python bench/fairness.py [--rounds 3] [--long-tokens 4200] [--short-tokens 32] [--quick]
 """
@@ -56,7 +56,7 @@ class Alternate(ChunkSizer):
         super().__init__(max_chunk, fair=None)
         self._odd = False
 
-    def cap(self, generating: int) -> int:
+    def cap(self) -> int:
         self._odd = not self._odd
         return self.max_chunk if self._odd else 0
 
@@ -68,13 +68,13 @@ class Watch(ChunkSizer):
         super().__init__(inner.max_chunk)
         self.inner, self.caps = inner, []
 
-    def cap(self, generating: int) -> int:
-        k = self.inner.cap(generating)
-        self.caps.append(k)
+    def cap(self) -> int:
+        k = self.inner.cap()
+        self.caps.append((time.perf_counter(), k))
         return k
 
-    def observe(self, n: int, seconds: float) -> None:
-        self.inner.observe(n, seconds)
+    def observe(self, generating: int, chunk: int, seconds: float) -> None:
+        self.inner.observe(generating, chunk, seconds)
 
 
 
@@ -126,15 +126,11 @@ def engine(path: Path, threads: int | None, sizer: ChunkSizer | None = None) -> 
     return eng
 
 
-def short_alone(path: Path, threads: int | None, short: str, n: int) -> float:
-    eng = engine(path, threads)
-    try:
-        s = Collector(short, n)
-        eng.submit(s.job)
-        s.wait()
-        return rate(s.tokens)
-    finally:
-        eng.close()
+def short_run(eng: LlamaEngine, short: str, n: int) -> float:
+    s = Collector(short, n)
+    eng.submit(s.job)
+    s.wait()
+    return rate(s.tokens)
 
 
 def long_alone(path: Path, threads: int | None, long: str) -> float:
@@ -148,12 +144,16 @@ def long_alone(path: Path, threads: int | None, long: str) -> float:
 
 
 def beside(path: Path, threads: int | None, short: str, n: int, long: str,
-           sizer: ChunkSizer) -> tuple[float, float, int, float]:
-    """(short's tokens/s while the long one is in prefill, long's prefill ms, short's tokens
-    in that time, median chunk beside it)."""
+           sizer: ChunkSizer) -> tuple[float, float, float, int, float, float]:
+    """(short's tokens/s alone, the same while the long one is in prefill, long's prefill ms,
+    short's tokens in that time, median chunk beside it, share of those steps with a chunk).
+    The lone run comes first on the same
+    engine, so both see the same load (and the sizer has timed a few steps, as a server has)."""
     watch = Watch(sizer)
     eng = engine(path, threads, watch)
     try:
+        alone = short_run(eng, short, n)
+        watch.caps.clear()
         s = Collector(short, n)
         eng.submit(s.job)
         while not s.tokens and not s.done.is_set():
@@ -165,11 +165,17 @@ def beside(path: Path, threads: int | None, short: str, n: int, long: str,
         s.wait()
         t_end = t_long + fin.timings.queue_ms / 1000 + fin.timings.prompt_ms / 1000
         during = [t for t in s.tokens if t_long <= t.t <= t_end]
-        caps = [k for k in watch.caps if k > 0]
-        return (rate(during), fin.timings.prompt_ms, len(during),
-                statistics.median(caps) if caps else float("nan"))
+        caps = [k for t, k in watch.caps if t_long <= t <= t_end]
+        chunks = [k for k in caps if k > 0]
+        return (alone, rate(during), fin.timings.prompt_ms, len(during),
+                statistics.median(chunks) if chunks else float("nan"),
+                len(chunks) / len(caps) if caps else float("nan"))
     finally:
         eng.close()
+
+
+def load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
 
 
 def main() -> None:
@@ -193,40 +199,40 @@ def main() -> None:
     path = resolve_pack("smollm2").gguf
     assert path is not None
     short = chatml("Count from 1 to 200, separated by commas.")
-    # ~11 tokens a sentence; the numbers make every prompt its own (no cache to share)
+    # ~11 tokens a sentence; the numbers make the prompt's text unlike the short one's
     sentences = max(1, args.long_tokens // 11)
     long = chatml("Summarise these notes. " + " ".join(
         f"Note {i}: the shipment left the depot on time." for i in range(sentences)))
     runs = variants(args.fixed, args.fair)
-    names = ["short alone", "long alone", *runs]
+    names = ["long alone", *runs]
     got: dict[str, list] = {name: [] for name in names}
-    print(f"load {Path('/proc/loadavg').read_text().split()[0]}; long prompt "
-          f"{len(engine_tokens(path, long))} tokens, short {args.short_tokens} out; "
+    print(f"load {load()}; long prompt {len(engine_tokens(path, long))} tokens, short "
+          f"{args.short_tokens} out; threads {args.threads or 'default'}; "
           f"{args.rounds} round(s)", flush=True)
     for r in range(args.rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            if name == "short alone":
-                got[name].append(short_alone(path, args.threads, short, args.short_tokens))
-            elif name == "long alone":
+            if name == "long alone":
                 got[name].append(long_alone(path, args.threads, long))
             else:
                 got[name].append(beside(path, args.threads, short, args.short_tokens, long,
                                         runs[name]()))
-        print(f"round {r + 1} done (load {Path('/proc/loadavg').read_text().split()[0]})",
-              flush=True)
+        print(f"round {r + 1} done (load {load()})", flush=True)
     med = statistics.median
-    alone_tps = med(got["short alone"])
-    alone_ms = med(got["long alone"])
-    print(f"short alone: {alone_tps:.1f} tokens/s; long alone: prefill {alone_ms:.0f} ms")
-    print(f"{'variant':<12} {'short tok/s':>11} {'vs alone':>9} {'prefill ms':>10} "
-          f"{'vs alone':>9} {'chunk':>6} {'short toks':>10}")
+    alone_ms = got["long alone"]
+    print(f"long alone: prefill {med(alone_ms):.0f} ms (rounds: "
+          f"{', '.join(f'{ms:.0f}' for ms in alone_ms)})")
+    print(f"{'variant':<12} {'short alone':>11} {'beside':>7} {'slower':>7} {'prefill ms':>10} "
+          f"{'slower':>7} {'chunk':>6} {'steps':>6} {'tokens':>6}")
     for name in runs:
         rows = got[name]
-        tps, ms = med(r[0] for r in rows), med(r[1] for r in rows)
-        print(f"{name:<12} {tps:>11.1f} {alone_tps / tps:>8.2f}x {ms:>10.0f} "
-              f"{ms / alone_ms - 1:>+8.1%} {med(r[3] for r in rows):>6.0f} "
-              f"{med(r[2] for r in rows):>10.0f}")
+        # Each round's ratios against its own references, then the median over rounds.
+        short_x = med(row[0] / row[1] for row in rows)
+        long_x = med(row[2] / ms - 1 for row, ms in zip(rows, alone_ms, strict=True))
+        print(f"{name:<12} {med(row[0] for row in rows):>11.1f} {med(row[1] for row in rows):>7.1f}"
+              f" {short_x:>6.2f}x {med(row[2] for row in rows):>10.0f} {long_x:>+7.1%}"
+              f" {med(row[4] for row in rows):>6.0f} {med(row[5] for row in rows):>6.0%}"
+              f" {med(row[3] for row in rows):>6.0f}")
 
 
 def engine_tokens(path: Path, text: str) -> list[int]:

@@ -29,17 +29,22 @@ their slots already (a warm-up round), so the only difference is the save.
 
 Greedy, `--threads` llama threads (default 1: on the 2-core dev box two threads collapse when
 other processes compete, engine/backends/llama/engine.py), `--parallel 2` split KV caches of
-`--n-ctx` 8192 (the default model's trained context). Rounds are few because a cold prefill of
-7,000 tokens takes about a minute here: the default run takes ~10 minutes, `--quick` ~6.
+`--n-ctx` 8192 (the default model's trained context). The cache's own steps are timed by
+wrapping them (`install_probes`): a load's read and digest against its copy into the context,
+a save's snapshot against its write. Rounds are few because a cold prefill of 7,000 tokens
+takes a minute or more here: budget ~10 minutes on a quiet 2-core box for the default run
+(`--part ttft` or `--part neighbour` for one half, `--quick` for fewer rounds).
 
-    python bench/prefix_cache.py [--quick] [--cold-rounds 2] [--disk-rounds 4]
-                                 [--neighbour-rounds 4] [--threads 1] [--cache-dir DIR]
+    python bench/prefix_cache.py [--quick] [--part all|ttft|neighbour] [--cold-rounds 2]
+                                 [--warm-rounds 3] [--disk-rounds 4] [--neighbour-rounds 6]
+                                 [--threads 1] [--n-ctx 8192] [--cache-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -50,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,8 +66,9 @@ from app.api import responses as responses_api
 from app.api.convert import validate
 from bench.common import ROOT
 from engine.backends.base import Finish, Job
-from engine.backends.llama.disk_cache import MAGIC, SUFFIX
+from engine.backends.llama.disk_cache import MAGIC, SUFFIX, DiskCache
 from engine.backends.llama.engine import LlamaEngine
+from engine.backends.llama.reuse import DiskReuse
 from engine.backends.llama.vocab import Vocab
 from engine.chat.detect import preserved_tokens
 from engine.chat.packs import resolve_pack
@@ -74,8 +81,10 @@ N_PARALLEL = 2
 TTFT_MAX_TOKENS = 8
 B_MAX_TOKENS = 16  # the request that ends beside the neighbour, and is saved
 A_MAX_TOKENS = 200  # the neighbour
-A_PROMPT = ("<|im_start|>user\nCount from 1 to 500, one number per line.<|im_end|>\n"
-            "<|im_start|>assistant\n")  # short: prompt + 200 tokens stay under SAVE_MIN
+# Greedy, it writes well past 200 tokens; short, so prompt + 200 tokens stay under SAVE_MIN
+# (the neighbour is never saved itself).
+A_PROMPT = ("<|im_start|>user\nWrite the numbers from 1 to 300, separated by commas.<|im_end|>\n"
+            "<|im_start|>assistant\n")
 NEW_SHARE = 0.12  # the saved request's new message: above the cache's 10% for a save
 
 
@@ -125,6 +134,45 @@ def with_message(svc: Service, vocab: Vocab, case: Case, seed: int, n_ctx: int) 
             return Case(f"{case.name} + note {seed}", req, prompt, ids)
 
 
+# -- the cache's own steps, timed -------------------------------------------------------------
+
+STEPS: dict[str, list[float]] = {}  # step -> ms, one per call that did the work
+
+
+def _timed(cls: type, name: str, step: str, did: Callable[[tuple, object], bool]) -> None:
+    """Wrap `cls.name` to time it. A bench may patch what it measures; the engine never
+    does. `did(args, result)`: whether the call did the work (a load that loaded)."""
+    orig = getattr(cls, name)
+
+    @functools.wraps(orig)
+    def timed(*a, **kw):
+        t0 = time.perf_counter()
+        r = orig(*a, **kw)
+        if did(a, r):
+            STEPS.setdefault(step, []).append((time.perf_counter() - t0) * 1000)
+        return r
+
+    setattr(cls, name, timed)
+
+
+def install_probes() -> None:
+    _timed(DiskReuse, "load", "load", lambda a, r: r != a[4])  # (self, slot, prompt, best, keep)
+    _timed(DiskCache, "read", "read", lambda a, r: r is not None)
+    _timed(DiskReuse, "save", "snapshot", lambda a, r: bool(r))
+    _timed(DiskCache, "_write", "write", lambda a, r: True)  # private: the writer's whole job
+
+
+def steps_line(steps: dict[str, list[float]], what: str) -> str:
+    def m(k: str) -> float:
+        return statistics.median(steps[k]) if steps.get(k) else float("nan")
+
+    if what == "load":
+        return (f"load {m('load'):.0f} ms (engine thread) = read and digest {m('read'):.0f} ms"
+                f" + into the context and cut {m('load') - m('read'):.0f} ms")
+    return (f"snapshot {m('snapshot'):.0f} ms (engine thread: the other sequences wait), "
+            f"write {m('write'):.0f} ms (writer thread)")
+
+
 # -- engines and jobs ----------------------------------------------------------------------------
 
 
@@ -153,13 +201,13 @@ def kv_files(root: Path) -> list[Path]:
     return sorted(root.glob(f"ns-*/*{SUFFIX}"))
 
 
-def wait_files(root: Path, n: int, timeout: float = 120.0) -> None:
-    """Until the writer thread has renamed `n` files into place (a save is atomic)."""
+def wait_saved(root: Path, before: set[Path], timeout: float = 120.0) -> None:
+    """Until the writer thread has renamed a file not in `before` into place (a save is
+    atomic: the file appears whole)."""
     deadline = time.monotonic() + timeout
-    while len(kv_files(root)) < n:
+    while not set(kv_files(root)) - before:
         if time.monotonic() > deadline:
-            raise SystemExit(f"{root}: {len(kv_files(root))} saved files, not {n}, after "
-                             f"{timeout:.0f} s")
+            raise SystemExit(f"{root}: no new saved file after {timeout:.0f} s")
         time.sleep(0.02)
 
 
@@ -198,11 +246,12 @@ class Ttft:
     disk_dropped: list[float]
     bytes_per_1k: list[float]
     sources: dict[str, tuple[int, int, int]]  # (slot, disk, computed) prompt tokens, last run
+    steps: dict[str, dict[str, list[float]]]  # kind of restart -> STEPS of its loads
 
 
 def measure_ttft(case: Case, path: Path, args: argparse.Namespace, root: Path,
                  preserved: tuple[str, ...]) -> tuple[Ttft, Path]:
-    m = Ttft([], [], [], [], [], {})
+    m = Ttft([], [], [], [], [], {}, {})
 
     def note(kind: str, f: Finish) -> float:
         t = f.timings
@@ -215,7 +264,7 @@ def measure_ttft(case: Case, path: Path, args: argparse.Namespace, root: Path,
         eng = open_engine(path, args, folder, preserved)
         try:
             m.cold.append(note("cold", ask(eng, case)))
-            wait_files(folder, 1)  # the save has landed: the warm runs do not race it
+            wait_saved(folder, set())  # the save has landed: the warm runs do not race it
             for _ in range(args.warm_rounds):
                 m.warm.append(note("warm (slot)", ask(eng, case)))
         finally:
@@ -225,11 +274,14 @@ def measure_ttft(case: Case, path: Path, args: argparse.Namespace, root: Path,
         for i in range(args.disk_rounds):
             dropped = i % 2 == 1 and drop_page_cache(folder)  # alternate: page cache / device
             eng = open_engine(path, args, folder, preserved)
+            STEPS.clear()
             try:
                 f = ask(eng, case)
             finally:
                 eng.close(60)
             kind = "disk, pages dropped" if dropped else "disk, page cache"
+            for k, v in STEPS.items():
+                m.steps.setdefault(kind, {}).setdefault(k, []).extend(v)
             (m.disk_dropped if dropped else m.disk_hot).append(note(kind, f))
             if f.timings.disk_tokens == 0:
                 raise SystemExit(f"{case.name}: the restart did not load from disk")
@@ -246,7 +298,7 @@ class Neighbour:
 
 def neighbour_round(eng: LlamaEngine, b: Case, a: Case, folder: Path | None) -> Neighbour:
     """`b` (long, ends after B_MAX_TOKENS and is saved) with `a` (the neighbour) beside it."""
-    before = len(kv_files(folder)) if folder else 0
+    before = set(kv_files(folder)) if folder else set()
     b_first, b_done, a_done = threading.Event(), threading.Event(), threading.Event()
     b_end: list[float] = []
     a_t: list[float] = []
@@ -270,7 +322,7 @@ def neighbour_round(eng: LlamaEngine, b: Case, a: Case, folder: Path | None) -> 
         raise SystemExit(f"a request failed: {[f.error for f in fins]}")
     saved = False
     if folder is not None:
-        wait_files(folder, before + 1)  # the next round must not race this save
+        wait_saved(folder, before)  # the next round must not race this save
         saved = True
     after = [t for t in a_t if t >= b_end[0]]
     gaps = [y - x for x, y in itertools.pairwise(after)]
@@ -289,6 +341,7 @@ def measure_neighbour(path: Path, args: argparse.Namespace, folder: Path, svc: S
         # Warm-up, not counted: both slots of both engines hold their prompts' prefixes.
         for _, eng, f in engines:
             neighbour_round(eng, with_message(svc, vocab, case, 0, args.n_ctx), a, f)
+        STEPS.clear()
         for r in range(1, args.neighbour_rounds + 1):
             b = with_message(svc, vocab, case, r, args.n_ctx)
             for name, eng, f in engines if r % 2 else engines[::-1]:
@@ -296,7 +349,7 @@ def measure_neighbour(path: Path, args: argparse.Namespace, folder: Path, svc: S
     finally:
         with_disk.close(60)
         plain.close(60)
-    return res, len(b.ids)
+    return res, len(b.ids), dict(STEPS)
 
 
 # -- the table -----------------------------------------------------------------------------------
@@ -312,19 +365,21 @@ def ms(xs: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="1 cold round, 2 disk rounds, 2 neighbour rounds (~6 min here)")
+                    help="1 cold round, 2 disk rounds, 3 neighbour rounds")
     ap.add_argument("--cold-rounds", type=int, default=2)
     ap.add_argument("--warm-rounds", type=int, default=3)
     ap.add_argument("--disk-rounds", type=int, default=4,
                     help="restarts after each cold round, alternating page cache / dropped")
-    ap.add_argument("--neighbour-rounds", type=int, default=4)
+    ap.add_argument("--neighbour-rounds", type=int, default=6)
+    ap.add_argument("--part", choices=["all", "ttft", "neighbour"], default="all",
+                    help="measure only the first token times or only the neighbour")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-ctx", type=int, default=8192)
     ap.add_argument("--cache-dir", type=Path, default=None,
                     help="where the saved files go (default: a temporary folder, removed)")
     args = ap.parse_args()
     if args.quick:
-        args.cold_rounds, args.disk_rounds, args.neighbour_rounds = 1, 2, 2
+        args.cold_rounds, args.disk_rounds, args.neighbour_rounds = 1, 2, 3
     pack = resolve_pack(None)
     path = pack.gguf
     preserved = tuple(preserved_tokens(pack.dialect))
@@ -332,6 +387,7 @@ def main() -> None:
     # Service.render needs nothing of an engine: the vocabulary stands in for it here.
     svc = Service(vocab, pack)  # type: ignore[arg-type]
     cases = load_cases(svc, vocab)
+    install_probes()
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     print(f"model {path.name}, pack {pack.name}, {args.threads} llama thread(s), "
@@ -339,17 +395,27 @@ def main() -> None:
           f"{load0[0]:.1f} at start; greedy, {TTFT_MAX_TOKENS} tokens a request")
     with tempfile.TemporaryDirectory(prefix="prism-bench-kv-") as tmp:
         root = args.cache_dir or Path(tmp)
-        results, folder = [], None
-        for case in cases:
+        results, folder = [], root / "neighbour"
+        for case in cases if args.part != "neighbour" else ():
             print(f"  {case.name}: {len(case.ids)} prompt tokens ...", flush=True)
             m, f = measure_ttft(case, path, args, root, preserved)
             results.append((case, m))
             folder = f if case is cases[0] else folder
-        print("  the neighbour ...", flush=True)
-        nb, n_b = measure_neighbour(path, args, folder, svc, vocab, cases[0], preserved)
+        if args.part != "ttft":
+            print("  the neighbour ...", flush=True)
+            nb = measure_neighbour(path, args, folder, svc, vocab, cases[0], preserved)
     load1 = os.getloadavg()
-    med = statistics.median
+    if results:
+        print_ttft(results, args)
+    if args.part != "ttft":
+        print_neighbour(*nb)
+    print(f"\nwall {time.perf_counter() - t0:.0f} s; load average {load1[0]:.1f} at the end "
+          f"(this machine has {os.cpu_count()} cores and is shared)")
+    vocab.close()
 
+
+def print_ttft(results: list[tuple[Case, Ttft]], args: argparse.Namespace) -> None:
+    med = statistics.median
     print()
     print(f"{'prompt':24} {'tokens':>6} {'cold':>8} {'warm (slot)':>11} {'disk, cached':>13} "
           f"{'disk, dropped':>13} {'disk/cold':>9} {'bytes/1k tok':>12}")
@@ -366,6 +432,14 @@ def main() -> None:
         src = ", ".join(f"{k}: slot {s} / disk {d} / computed {c}"
                         for k, (s, d, c) in m.sources.items())
         print(f"  prompt tokens by source, {case.name}: {src}")
+    for case, m in results:
+        for kind, steps in m.steps.items():
+            print(f"  {case.name}, {kind}: {steps_line(steps, 'load')}")
+
+
+def print_neighbour(nb: dict[str, list[Neighbour]], n_b: int,
+                    steps: dict[str, list[float]]) -> None:
+    med = statistics.median
     print()
     d, p = nb["disk cache"], nb["no disk cache"]
     ratios = [x.tps / y.tps for x, y in zip(d, p, strict=True)]
@@ -377,9 +451,7 @@ def main() -> None:
               f" tokens{', saved every round' if all(x.saved for x in xs) else ''}")
     print(f"  disk cache / none: {med(ratios):.3f}x (median of per-round ratios: "
           f"{', '.join(f'{r:.3f}' for r in ratios)}); the save's cost: {1 - med(ratios):+.1%}")
-    print(f"\nwall {time.perf_counter() - t0:.0f} s; load average {load1[0]:.1f} at the end "
-          f"(this machine has {os.cpu_count()} cores and is shared)")
-    vocab.close()
+    print(f"  each save: {steps_line(steps, 'save')}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from engine.chat import special
 from engine.chat.detect import start_state
 from engine.chat.packs import Pack
 from engine.chat.request import ChatRequest, one_call_only
-from engine.chat.template import ChatTemplate
+from engine.chat.template import ChatTemplate, TemplateError
 from engine.grammar import tools as tool_grammar
 from engine.metrics import Metrics
 from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT, Event, ParseResult, result_of
@@ -101,7 +101,7 @@ class RunUpdate:
     """What listeners receive: a run started (events empty), produced events, or finished."""
 
     run: Run
-    kind: str  # "start" | "events" | "finish"
+    kind: str  # "start" | "events" | "finish" | "refused" (by the template: no start, no job)
     events: tuple[Event, ...] = ()
     token: Token | None = None
 
@@ -135,6 +135,7 @@ class Run:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._queues: list[Callable[[object], None]] = []
+        self._waking: list[Callable[[], None]] = []  # started() waiters
         self.job: Job | None = None
         # What was wrong with the request itself, for the inspector: "tools_ignored" when the
         # pack's template does not show the request's tools to the model (issue 9, item 4).
@@ -165,6 +166,29 @@ class Run:
         self._attach(lambda item: loop.call_soon_threadsafe(q.put_nowait, item))
         while (item := await q.get()) is not _DONE:
             yield item
+
+    async def started(self) -> None:
+        """Return once the run has its first token or has finished: the streaming routes
+        hold their status line until then, so a run refused with nothing written is the
+        API's 4xx, not a 200 that ends in an error event (app/api/sse.py)."""
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(lambda: woken.done() or woken.set_result(None))
+
+        with self._lock:
+            if self.tokens or self._done.is_set():
+                return
+            self._waking.append(wake)
+        await woken
+
+    def _wake(self) -> None:
+        # Under the lock, after the first token is in `tokens` (or the run is done), so a
+        # waiter either sees it or is woken: started() checks under the same lock.
+        for wake in self._waking:
+            wake()
+        self._waking.clear()
 
     def wait(self, timeout: float | None = None) -> ParseResult | None:
         self._done.wait(timeout)
@@ -201,6 +225,7 @@ class Run:
     def _close(self) -> None:
         with self._lock:
             self._done.set()
+            self._wake()
             for put in self._queues:
                 put(_DONE)
             self._queues.clear()
@@ -278,9 +303,14 @@ class Service:
 
     def submit(self, request: ChatRequest) -> Run:
         """Render and queue a request; raises TemplateError or ContextOverflow (before any
-        work is queued, so the caller can answer with a clean error)."""
-        prompt = self.render(request)
-        marks = self.mark_specials(request, prompt)
+        work is queued, so the caller can answer with a clean error). A template's refusal is
+        recorded first (`_refused`)."""
+        try:
+            prompt = self.render(request)
+            marks = self.mark_specials(request, prompt)
+        except TemplateError as e:
+            self._refused(request, e)
+            raise
         n_ctx = self.engine.n_ctx
         ids = self._prompt_ids(prompt, marks, n_ctx)
         n_prompt = len(ids)
@@ -332,10 +362,30 @@ class Service:
         self.engine.submit(job)
         return run
 
+    def _refused(self, request: ChatRequest, exc: TemplateError) -> None:
+        """The chat template refused the request (its `raise_exception`, or a render that
+        failed): recorded all the same, a request record and an "error" finish marked
+        refused by the template (engine/record/recording.py), so the recording, `prism stats`
+        and the window say so (verdict "refused by the template"), and listeners get a
+        "refused" update. The metrics count requests that started: not this one. The
+        request's id goes with the exception (`request_id`), for a caller that names it."""
+        run = Run(self, request, "", request_reading(request, "content", self.pack.dialect), 0)
+        run.finish = Finish("error", Timings(), error=str(exc))
+        run.result = result_of((), "error")
+        exc.request_id = run.id  # type: ignore[attr-defined]
+        if self.recorder is not None:
+            self.recorder.refused(run.id, request, str(exc), reading=run.reading,
+                                  api=request.api, result=run.result)
+        run._close()
+        self._notify(RunUpdate(run, "refused"))
+
     # engine thread ------------------------------------------------------------------------
 
     def _on_token(self, run: Run, tok: Token) -> None:
         run.tokens.append(tok)
+        if len(run.tokens) == 1:
+            with run._lock:
+                run._wake()
         evs = run.pipeline.feed(tok)
         if evs:
             run._publish(evs)

@@ -96,6 +96,7 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
             metrics=metrics,
             origin=name,
             recorded_result=req.result,
+            counterpart=req.counterpart,
             content_specials=req.content_specials,
             special_escaped=req.special_escaped,
             prefix=req.prefix,

@@ -96,6 +96,7 @@ class Track:
     request: ChatRequest | dict | None = None  # the live request, or its recorded dict
     metrics: Metrics | None = None  # where its chart points go (the live or playback ones)
     origin: str = ""  # "live", or the recording it was played from
+    counterpart: str = ""  # a rerun's request: the id of the request it re-ran (its original)
     created: float = field(default_factory=time.time)
     submitted: float = field(default_factory=time.perf_counter)
     tokens: list[Token] = field(default_factory=list)
@@ -355,6 +356,11 @@ class LiveFeed:
     def metrics(self) -> Metrics | None:
         return self.service.metrics
 
+    @property
+    def busy(self) -> bool:
+        """Updates wait to be applied, or a run has not finished (GUI thread)."""
+        return bool(self._queue or self._live)
+
     def sample(self) -> None:
         """A chart point now (the charts' timer calls it, so they scroll while idle)."""
         if self.metrics is not None:
@@ -382,7 +388,8 @@ class LiveFeed:
             if upd.events:
                 track.add_events(upd.events)
             track.state = state
-            if upd.kind == "finish":
+            # A request the template refused arrives finished: its one update ends it.
+            if upd.kind in ("finish", "refused"):
                 fin = run.finish
                 track.finish(fin.reason if fin else "stop", fin.timings if fin else None,
                              fin.error if fin else None, run.result)

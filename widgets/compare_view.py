@@ -1,14 +1,15 @@
 """The compare view: two runs of one request side by side, pane against pane.
 
-Owns `CompareView` and `side_of_track` (a request the window holds as a compare `Side`). The
-pairs and everything said about them are engine/record/compare.py's; this module only draws:
-the summary line; for each side the raw output with the first token where the runs part
-marked (amber, with a tooltip giving each side's probability of both tokens when they were
-recorded); the reasoning, content and calls panes with what differs from the other side
-shaded; and, for two whole recordings, the list of every pair with what changed, the most
-changed first (selecting one shows it). Sides come from a rerun, from two recordings opened
-for comparing, or from any two requests the user picks in the request list (*A ← selected*,
-*B ← selected*). GUI thread only.
+Owns `CompareView` (`side_of_track`, a request the window holds as a compare `Side`, is
+inspector/rerun.py's). The pairs and everything said about them are engine/record/compare.py's;
+this module only draws: the summary line; for each side the raw output with the first token
+where the runs part marked (amber, with a tooltip giving each side's probability of both
+tokens when they were recorded); the reasoning, content and calls panes with what differs from
+the other side shaded; and, for two whole recordings, the list of every pair with what
+changed, the most changed first (selecting one shows it). Sides come from a rerun (recorded,
+or run in the window: *Re-run on…*), from two recordings opened for comparing, or from any two
+requests the user picks in the request list (*A ← selected*, *B ← selected*). GUI thread
+only.
 """
 
 from __future__ import annotations
@@ -32,24 +33,13 @@ from PySide6.QtWidgets import (
 )
 
 from engine.record.compare import Comparison, Side, channel_diff, compare
-from inspector.tracks import Track
+from inspector.rerun import side_of_track  # noqa: F401 - the window's and tests' name for it
 from widgets.theme import BACKGROUND, COLOURS, MUTED, TEXT
 
 ROWS = ("raw", "reasoning", "content", "calls")
 PART_BG = "#6b4e12"  # the parting token
 DIFF_BG = "#4a2026"  # text the other side does not have
 PART = QTextCharFormat.Property.UserProperty + 10  # set on the parting token's span (tests)
-
-
-def side_of_track(track: Track, label: str = "") -> Side:
-    """A request from the request list as a compare side: its tokens and its parse (the
-    recorded one while a played request has not finished)."""
-    if track.result is not None:
-        result = track.result.to_dict()
-    else:
-        result = dict(track.recorded_result or {})
-    return Side(label=label or track.id, tokens=tuple(track.tokens), result=result,
-                finish=track.finish_reason or track.status, error=track.error, id=track.id)
 
 
 def _fmt(colour: str, background: str | None = None, bold: bool = False) -> QTextCharFormat:
@@ -79,8 +69,9 @@ class CompareView(QWidget):
         self.comparisons: list[Comparison] = []
         self._picked: dict[str, Side] = {}
 
-        self.summary = QLabel("Compare two runs: re-run a recording (prism rerun), open two "
-                              "recordings (File → Compare recordings…), or pick two requests.")
+        self.summary = QLabel("Compare two runs: re-run a request or a recording (Run → Re-run "
+                              "on…, or prism rerun), open two recordings (File → Compare "
+                              "recordings…), or pick two requests.")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.pick_a = QPushButton("A ← selected")

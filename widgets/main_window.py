@@ -1,6 +1,10 @@
 """The inspector window: request list, charts, channel panes, raw/prompt/compose/re-parse tabs,
 and a ledger dock for the open recordings (View → Ledger; widgets/ledger_view.py).
 
+Request → *Re-run on…* (also the request list's context menu) sends the selected request, or
+its whole recording, again to another engine; its feed is one more source polled here, each
+re-run request a row of its own linked to its original (widgets/reruns.py).
+
 Owns `MainWindow`, which lays the views out and runs the frame timer (~30 Hz). Each frame it
 polls its sources (objects with `poll() -> changed tracks`, `metrics` and `sample()`: the live
 feed of a service and the playback of recordings), adds new tracks to the request list,
@@ -32,9 +36,10 @@ from PySide6.QtWidgets import (
 from engine.chat.request import ChatRequest
 from engine.service import Run
 from inspector.playback import Playback
+from inspector.rerun import side_of_track
 from inspector.tracks import Track, TrackSource, TrackStore
 from widgets.channel_view import ChannelPanes
-from widgets.compare_view import CompareView, side_of_track
+from widgets.compare_view import CompareView
 from widgets.compose_box import ComposeBox
 from widgets.ledger_view import LedgerView
 from widgets.metrics_chart import MetricsCharts
@@ -43,6 +48,7 @@ from widgets.prompt_view import PromptView
 from widgets.raw_view import RawView
 from widgets.reparse_view import ReparseView
 from widgets.request_log import RequestLog
+from widgets.reruns import Reruns, Start
 from widgets.theme import COLOURS, MUTED
 
 FRAME_MS = 33
@@ -56,7 +62,11 @@ class MainWindow(QMainWindow):
     def __init__(self, store: TrackStore, playback: Playback | None,
                  sources: Sequence[TrackSource],
                  submit: Callable[[ChatRequest], Run] | None = None,
-                 title: str = "Prism") -> None:
+                 title: str = "Prism",
+                 rerun: Start | None = None,
+                 packs: Sequence[str] = ()) -> None:
+        """`rerun` starts a rerun off the GUI thread and returns its feed (app/gui.py);
+        `packs` are the built-in packs *Re-run on…* offers."""
         super().__init__()
         self.setWindowTitle(title)
         self.resize(1560, 980)
@@ -131,6 +141,7 @@ class MainWindow(QMainWindow):
         self.ledger_dock.visibilityChanged.connect(self._ledger_shown)
         self.menuBar().addMenu("&View").addAction(self.ledger_action)
         self.recordings: list[Path] = []
+        self.reruns = Reruns(self, rerun, packs)  # the Request menu
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
 
@@ -154,6 +165,12 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.copy_btn)
         self.server_url: str | None = None
 
+        # The request list's context menu: what can be done with the row right-clicked (the
+        # click selects it first).
+        table = self.log.table
+        table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
+        for action in (self.reruns.action, self.reruns.original_action):
+            table.addAction(action)
         self.log.selected.connect(self.show_track)
         self.log.verdict_clicked.connect(self.show_verdict)
         self.bar.open_requested.connect(self.ask_open)
@@ -200,6 +217,8 @@ class MainWindow(QMainWindow):
                 self.raw.sync()
                 if self.prompt.track is not current or current.generation != self.prompt._gen:
                     self.prompt.show_track(current)
+        if self.reruns.feeds:
+            self.reruns.watch()
         self.bar.refresh()
         self.compose.refresh()
         self.frames += 1
@@ -252,7 +271,9 @@ class MainWindow(QMainWindow):
         return None
 
     def _source_label(self, src: TrackSource) -> str:
-        return "playback" if src is self.playback else "engine (live)"
+        if src is self.playback:
+            return "playback"
+        return getattr(src, "label", None) or "engine (live)"
 
     # -- recordings ------------------------------------------------------------------------
 

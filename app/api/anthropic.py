@@ -200,7 +200,7 @@ async def messages(request: Request):
     run = await runs.submit(state, to_chat_request(body))
     model = state.reply_model(body.model)
     if body.stream:
-        return sse_response(run, stream_events(run, model), error_event)
+        return await sse_response(request, run, stream_events(run, model), error_event)
     await runs.finished(request, run)
     reason, seq = stop_reason(run)
     return JSONResponse({

@@ -104,7 +104,8 @@ def _bad(param: str, message: str) -> APIError:
 
 class RawRun:
     """One raw completion: the job, its tokens as they come, and how it ended. Has what
-    `sse_response` and `runs.wait` use of a `Run` (id, done, cancel, stream, finish)."""
+    `sse_response` and `runs.wait` use of a `Run` (id, done, cancel, stream, started, tokens,
+    finish)."""
 
     def __init__(self, job: Job, prompt_tokens: int) -> None:
         self.id = f"cmpl-{next(_ids)}-{secrets.token_hex(3)}"
@@ -116,6 +117,7 @@ class RawRun:
         self._done = threading.Event()
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
+        self._first = self._loop.create_future()  # the first token, or the finish
         job.on_token = self._on_token
         job.on_finish = self._on_finish
 
@@ -130,6 +132,14 @@ class RawRun:
         while (item := await self._queue.get()) is not _DONE:
             yield item
 
+    async def started(self) -> None:
+        """As `Run.started`: once the first token is in, or the job ended."""
+        await asyncio.shield(self._first)  # one waiter's cancel must not cancel it for all
+
+    def _started(self) -> None:
+        if not self._first.done():
+            self._first.set_result(None)
+
     @property
     def text(self) -> str:
         return "".join(tok.text for tok in self.tokens)
@@ -138,11 +148,14 @@ class RawRun:
 
     def _on_token(self, tok: Token) -> None:
         self.tokens.append(tok)
+        if len(self.tokens) == 1:
+            self._loop.call_soon_threadsafe(self._started)
         self._loop.call_soon_threadsafe(self._queue.put_nowait, tok)
 
     def _on_finish(self, fin: Finish) -> None:
         self.finish = fin
         self._done.set()
+        self._loop.call_soon_threadsafe(self._started)
         self._loop.call_soon_threadsafe(self._queue.put_nowait, _DONE)
 
 
@@ -223,8 +236,8 @@ async def completions(request: Request):
     model = state.reply_model(body.model)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse_response(run, stream(run, model, body.logprobs, include_usage),
-                            error_event)
+        return await sse_response(request, run,
+                                  stream(run, model, body.logprobs, include_usage), error_event)
     await runs.wait(request, run)
     err = runs.run_error(run)
     if err is not None:

@@ -215,7 +215,8 @@ async def chat_completions(request: Request):
     model = state.reply_model(body.model)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse_response(run, stream_chunks(state, run, model, include_usage), error_event)
+        return await sse_response(request, run,
+                                  stream_chunks(state, run, model, include_usage), error_event)
     await runs.finished(request, run)
     return JSONResponse(completion(state, run, model))
 

@@ -294,8 +294,8 @@ async def responses(request: Request):
     run = await runs.submit(state, chat)
     model = state.reply_model(body.model)
     if body.stream:
-        return sse_response(run, Stream(run, body, model, schema).events(),
-                            lambda err: error_event(err, 0))
+        return await sse_response(request, run, Stream(run, body, model, schema).events(),
+                                  lambda err: error_event(err, 0))
     await runs.finished(request, run)
     blocks = blocks_of(runs.reply_events(run))
     status, extra = outcome(run, blocks, schema)

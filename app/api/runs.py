@@ -3,7 +3,8 @@
 Owns `submit` (429 with Retry-After past `ServerConfig.max_queue`; context overflow and template
 refusals become 400s), `wait` (a non-streamed request: wait for the run while watching for the
 client to go away, and cancel the job if it does), and the numbers every API reports from a
-finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`. And what the
+finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`; `started` (a
+streamed request: wait for the first token, as `wait` does for the end). And what the
 client is answered from: `reply_stream`, `reply_events`, `reply_result`. A request that declared
 no tools (or `tool_choice: "none"`) gets a call the model wrote anyway as text in the channel it
 stood in (its reading's `calls_as_text`: engine/parse/filters.py, `CallsAsText`), so Open
@@ -143,6 +144,22 @@ async def wait(request: Request, run: Run) -> Run:
     if not run.done:
         raise ClientGone(run.id)
     return run
+
+
+async def started(request: Request, run) -> None:
+    """Wait for a streamed run's first token or its end (`Run.started`, or a RawRun's);
+    raise ClientGone (job cancelled) if the client left first, during a long prompt say."""
+    first = asyncio.ensure_future(run.started())
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({first, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not first.done():
+            run.cancel()
+            first.cancel()
+    if first.cancelled():
+        raise ClientGone(run.id)
 
 
 async def finished(request: Request, run: Run) -> Run:

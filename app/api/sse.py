@@ -8,7 +8,15 @@ engine stops at its next token instead of generating for nobody.
 How a disconnect reaches us: uvicorn (ASGI spec 2.3) makes Starlette's StreamingResponse listen
 for `http.disconnect` while it streams, and cancel the body when it comes, even if no token is
 being written at the time (a long prompt decode). Under spec 2.4 the next write fails instead.
-Either way the body's `finally` below runs. Runs on the asyncio loop's thread.
+Either way the body's `finally` below runs.
+
+The status line waits for the run's first token (or its end; issue 24, item 2): a run the
+engine or the upstream refused before writing anything (an upstream's 4xx, a grammar llama.cpp
+cannot parse, a prompt the engine finds too long) is then answered with the API's error body
+and status, as a non-streamed request is, not with a 200 whose stream holds only an error
+event. A normal reply is not held past its first token; while the prompt is read the client
+waits for headers instead of for its first chunk, and one that leaves meanwhile cancels the
+job (`runs.started`). Runs on the asyncio loop's thread.
 """
 
 from __future__ import annotations
@@ -17,8 +25,10 @@ import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from app.api import runs
 from app.api.errors import APIError, from_exception
 from engine.service import Run
 
@@ -45,11 +55,23 @@ def event_lines(event: str, obj: object) -> str:
     return f"event: {event}\ndata: {_encode(obj)}\n\n"
 
 
-def sse_response(
-    run: Run, body: AsyncGenerator[str, None], error_event: Callable[[APIError], str]
+async def sse_response(
+    request: Request, run: Run, body: AsyncGenerator[str, None],
+    error_event: Callable[[APIError], str],
 ) -> StreamingResponse:
-    """Stream `body`; a failure inside it (a bug, not a client) ends the stream with
+    """Stream `body` once the run has its first token; a run that ended before writing any
+    is answered with its error instead, if it ended in one (raised: the API's error body and
+    status). A failure inside the body (a bug, not a client) ends the stream with
     `error_event(error)`, the API's final error event, since the status line is sent."""
+    try:
+        await runs.started(request, run)  # ClientGone if the client left first
+        err = runs.run_error(run) if run.done and not run.tokens else None
+    except BaseException:
+        await body.aclose()
+        raise
+    if err is not None:
+        await body.aclose()
+        raise err
 
     async def guarded() -> AsyncIterator[str]:
         try:

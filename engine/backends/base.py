@@ -89,7 +89,9 @@ class Finish:
     timings: Timings
     error: str | None = None
     stop_sequence: str | None = None  # the stop string that ended the job, if one did
-    status: int | None = None  # an "error" that stands for an HTTP status (an upstream's)
+    # An "error" that stands for an HTTP status: an upstream's, or 400 for a job the llama
+    # engine refused at admission (its prompt, its grammar).
+    status: int | None = None
     prefix: PrefixMatch | None = None  # the llama engine's cache forensics (None elsewhere)
 
 

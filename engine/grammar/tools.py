@@ -174,7 +174,8 @@ class CallGuard:
         self._parser = parser
 
     def opened(self) -> int | None:
-        return self._parser.call_opened_at
+        at = self._parser.call_opened_at
+        return at if at is not None else self._parser.call_pending_at
 
 
 def request_guard(request, dialect: str, parser, engine=None, default: bool = True):

@@ -146,6 +146,24 @@ class OutputParser(CallStates, TagStates):
         return self._call_start + len(prefix) - len(prefix.lstrip())
 
     @property
+    def call_pending_at(self) -> int | None:
+        """Where a held call opener starts (characters), when the parser holds back text that
+        begins with one of its family's call openers, whole, while it waits for what follows to
+        decide (the body's start; line-start and code rules were applied before it held it);
+        None otherwise. The call guard may start from here, before the deciding characters
+        (which the model may write in the same token as garbage): it does only when the held
+        text is a start of its family's call grammar. One-character openers (Llama's `{`) never
+        count: too much ordinary text starts with them."""
+        if self._call is not None or self._pending < 0:
+            return None
+        held = self._buf[self._pending:]
+        for op in self._mk.calls:
+            if len(op) > 1 and held.startswith(op) and op not in self._mk.body_openers:
+                lead = len(held) - len(held.lstrip())
+                return self._base + self._pending + lead
+        return None
+
+    @property
     def held(self) -> str:
         """The raw text received but not yet turned into events."""
         if self._call is not None:

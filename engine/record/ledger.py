@@ -11,8 +11,12 @@ What is counted, per reply:
 - its calls and anomalies as the recorded result says (what the run saw, upstream leaks and
   any kind a newer parser records included), and a special token in content where its request
   record marks one; a reply the file ends before has no result, so its tokens are re-parsed;
-- its verdict (engine/record/verdict.py), read from a re-parse of its tokens as its reading
-  says (the one-chunk parse gives the same events as the token-by-token one, only merged);
+- its verdict (engine/record/verdict.py): its kind from the recorded result where the result
+  decides it (`kind_of`: most replies, which then are never re-parsed for the table), else
+  from a re-parse of its output as its reading says (a cut by max_tokens, a reply the file
+  ends before); its deciding event from that re-parse, done when first asked for (`prism
+  stats --requests`, a click in the window). The one-chunk parse gives the same events as the
+  token-by-token one, only merged, so both say the same for a recording of this version;
 - its time to first token and tokens/s from the recorded timings (from the token times where
   the timings are empty).
 A group's anomaly rates are occurrences per 1,000 replies; its TTFT and tokens/s are medians.
@@ -24,7 +28,7 @@ request's own family; a recording written before the header held them says "unkn
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -48,7 +52,7 @@ from engine.record.model_info import UNKNOWN, ModelInfo
 from engine.record.recording import OutputSummary, RecordedRequest, Session, load_recording
 from engine.record.verdict import KINDS as VERDICT_KINDS
 from engine.record.verdict import LABELS as VERDICT_LABELS
-from engine.record.verdict import Verdict, verdict_of
+from engine.record.verdict import Verdict, kind_of, verdict_of
 
 KEYS = ("model", "quant", "family", "template", "engine")
 # The kinds every ledger lists, in this order (issue 21): the parser's, then the request's own.
@@ -60,7 +64,9 @@ FINISHES = ("stop", "tool_calls", "length", "cancelled", "error")
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """One recorded request, counted. `keys` maps each of KEYS to its value."""
+    """One recorded request, counted. `keys` maps each of KEYS to its value; `kind` is its
+    verdict's kind, what the ledger counts. The whole `verdict` (its detail and deciding event)
+    is read when first asked for: a re-parse, where the recorded result decided the kind."""
 
     source: str  # the recording's path
     id: str
@@ -68,9 +74,18 @@ class Reply:
     finish: str
     calls: int
     anomalies: dict[str, int]
-    verdict: Verdict
+    kind: str
     ttft_ms: float | None = None
     tokens_per_s: float | None = None
+    _verdict: Verdict | None = field(default=None, repr=False, compare=False)
+    _late: Callable[[], Verdict] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def verdict(self) -> Verdict:
+        if self._verdict is None:
+            assert self._late is not None  # one of the two is always given
+            object.__setattr__(self, "_verdict", self._late())
+        return self._verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +162,14 @@ def _figures(req: RecordedRequest) -> tuple[float | None, float | None]:
 def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
              fallback_family: str = "auto") -> Reply:
     """One recorded request as the ledger counts it (see the module docstring)."""
-    events = reparse(req, fallback_family)
     result = req.result if isinstance(req.result, dict) else None
+    upstream = info.engine.startswith("http")
+    reason, error = req.outcome
+    # Read again only where the recorded result does not say all that is counted: most
+    # replies are not re-parsed at all unless their deciding event is asked for.
+    kind = kind_of(result, req.finish, error=error, stop_sequence=req.stop_sequence,
+                   status=req.status, upstream=upstream, refused=req.refused)
+    events = reparse(req, fallback_family) if result is None or kind is None else None
     if result is not None:
         anomalies = {str(k): int(n) for k, n in (result.get("anomalies") or {}).items() if n}
         calls = len(result.get("tool_calls") or ())
@@ -160,17 +181,23 @@ def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
         calls = sum(1 for ev in events if ev.kind == TOOL_CALL)
     if req.content_specials and not req.special_escaped:
         anomalies.setdefault(SPECIAL_TOKEN_IN_CONTENT, 1)
-    reason, error = req.outcome
     finish = req.finish or "unfinished"
     if reason in ("stop", "length") and calls:
         finish = "tool_calls"
-    verdict = verdict_of(events, req.finish, error=error, stop_sequence=req.stop_sequence,
-                         status=req.status, upstream=info.engine.startswith("http"))
+
+    def judge(evs: list[Event] | None = events) -> Verdict:
+        return verdict_of(reparse(req, fallback_family) if evs is None else evs, req.finish,
+                          error=error, stop_sequence=req.stop_sequence, status=req.status,
+                          upstream=upstream, refused=req.refused)
+
+    verdict = judge() if events is not None else None
     family = req.reading.family if req.dialect in dialects.NAMES and req.dialect else info.family
     keys = {"model": info.file, "quant": info.quant, "family": family or UNKNOWN,
             "template": info.template, "engine": info.engine}
     ttft, rate = _figures(req)
-    return Reply(source, req.id, keys, finish, calls, anomalies, verdict, ttft, rate)
+    return Reply(source, req.id, keys, finish, calls, anomalies,
+                 verdict.kind if verdict is not None else str(kind), ttft, rate,
+                 _verdict=verdict, _late=judge)
 
 
 def replies_of(session: Session, source: str = "") -> list[Reply]:
@@ -218,7 +245,7 @@ def ledger(replies: Sequence[Reply], by: Sequence[str] = KEYS) -> list[Row]:
         anomalies = dict.fromkeys(kinds, 0)
         for r in rs:
             finishes[r.finish] = finishes.get(r.finish, 0) + 1
-            verdicts[r.verdict.kind] = verdicts.get(r.verdict.kind, 0) + 1
+            verdicts[r.kind] = verdicts.get(r.kind, 0) + 1
             for k, n in r.anomalies.items():
                 anomalies[k] += n
         rows.append(Row(

@@ -19,7 +19,7 @@ Format, version 1 (one JSON object per line):
      "dialect", "stream_tools", "tools": [...], "reading": {...}}
     {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]]}
     {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"],
-     ["stop_sequence"], ["status"], ["prefix"]}
+     ["stop_sequence"], ["status"], ["prefix"], ["refused"]}
 
 The header's `model_info` (engine/record/model_info.py; absent in older files) names what
 generated: the model file, its quant, the family, the template's hash and the engine. A finish
@@ -30,6 +30,10 @@ those, loaded from disk; absent, so 0, in older files): the slot's share and the
 follow (`Timings.slot_tokens`, `Timings.computed_tokens`). Its `prefix`, where the llama engine
 gave one, is where the prompt left the best cached prefix (`PrefixMatch`, issue 20: `held`,
 `source`, `prompt_char`, `cached_text`, `prompt_text`; engine/record/forensics.py).
+A request refused before generation (the chat template raised: `TemplateError`) is recorded
+all the same, by the service: its request record, with an empty prompt, then at once a finish
+with reason "error", the refusal's message as `error`, and `"refused": "template"` (absent in
+older files, which recorded no refused request at all).
     {"type": "counterpart", "id", "of"}  # a rerun's request: `of` is the original's id
 
 A recording made by `prism rerun` (app/rerun.py) names the recording it re-ran in its header,
@@ -55,6 +59,7 @@ import datetime as _dt
 import json
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -77,6 +82,7 @@ _DIR_MODE = 0o700
 
 FORMAT = "prism-session"
 VERSION = 1
+TEMPLATE = "template"  # a finish's `refused`: the chat template refused the request
 
 
 class RecordingError(ValueError):
@@ -124,6 +130,7 @@ class RecordedRequest:
     status: int | None = None  # an upstream's HTTP status behind an "error"
     counterpart: str = ""  # a rerun's request: the id of the request it re-ran
     prefix: PrefixMatch | None = None  # where its prompt left the cache (None: not recorded)
+    refused: str = ""  # refused before generation, and by what: "template" ("" otherwise)
     # Read with tokens=False: the output in short, and `tokens` is empty (None: read whole).
     summary: OutputSummary | None = None
 
@@ -377,7 +384,8 @@ class Recorder:
             rec["top"] = [[text, round(lp, 5)] for text, lp in token.top]
         self._write(rec)
 
-    def finish(self, id: str, finish: Finish, result: ParseResult | dict | None = None) -> None:
+    def finish(self, id: str, finish: Finish, result: ParseResult | dict | None = None, *,
+               refused: str = "") -> None:
         with self._lock:
             self._starts.pop(id, None)
         rec: dict[str, Any] = {
@@ -395,7 +403,18 @@ class Recorder:
             rec["status"] = finish.status
         if finish.prefix is not None:  # cache forensics (issue 20)
             rec["prefix"] = prefix_to_dict(finish.prefix)
+        if refused:  # it never reached the engine: the verdicts read why
+            rec["refused"] = refused
         self._write(rec)
+
+    def refused(self, id: str, request: ChatRequest | dict, error: str, *,
+                stage: str = TEMPLATE, reading: Reading | None = None, api: str = "",
+                result: ParseResult | dict | None = None) -> None:
+        """A request refused before generation (`stage`: the chat template refused it): its
+        request record, with no prompt (none was rendered), then at once its finish, reason
+        "error" with the refusal's message, marked `"refused": stage`."""
+        self.request(id, request, "", reading=reading, api=api)
+        self.finish(id, Finish("error", Timings(), error=error), result, refused=stage)
 
     def counterpart(self, id: str, of: str) -> None:
         """Name the request `id` re-runs (`of`, its id in the recording re-run): written
@@ -416,6 +435,18 @@ class Recorder:
 # ---------------------------------------------------------------------------------- reading
 
 
+# A token record exactly as `Recorder.token` lays it out without alternatives: a file is
+# mostly these, and matching one costs a third of decoding it (`prism stats` reads hundreds of
+# thousands). JSON's own grammar for each value (a string without control characters, whose
+# escapes are JSON's; integers; a number), so a line matched reads as json.loads reads it; any
+# other line (another layout, alternatives, damage) is decoded, and damage named, as before.
+_STR = r'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*'
+_INT = r"-?(?:0|[1-9][0-9]*)"
+_TOKEN_LINE = re.compile(
+    rf'\{{"type": "token", "id": "({_STR})", "i": {_INT}, "tok": ({_INT}), '
+    rf'"text": "({_STR})", "t": ({_INT}(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\}}')
+
+
 class _Builder:
     """Collects records per request id, in the order requests appeared. With `keep_tokens`
     off, a token record is checked as closely but kept as (text, t) only: no Token object
@@ -427,6 +458,23 @@ class _Builder:
         self.fields: dict[str, dict] = {}
         self.tokens: dict[str, list] = {}
         self.keep_tokens = keep_tokens
+
+    def token_line(self, line: str) -> bool:
+        """Take a token record in the recorder's layout (`_TOKEN_LINE`) for a known request;
+        False for any other line, which `add` then reads (and finds any damage in)."""
+        m = _TOKEN_LINE.fullmatch(line)
+        if m is None:
+            return False
+        rid, tok, text, t = m.groups()
+        if "\\" in rid:
+            rid = json.loads(f'"{rid}"')
+        toks = self.tokens.get(rid)
+        if toks is None:
+            return False
+        if "\\" in text:
+            text = json.loads(f'"{text}"')
+        toks.append(Token(int(tok), text, float(t)) if self.keep_tokens else (text, float(t)))
+        return True
 
     def add(self, rec: dict) -> None:
         kind = rec.get("type")
@@ -475,6 +523,7 @@ class _Builder:
             f["stop_sequence"] = None if stop is None else str(stop)
             f["status"] = None if status is None else int(status)
             f["prefix"] = prefix_from_dict(rec.get("prefix"))
+            f["refused"] = str(rec.get("refused") or "")
         elif kind == "counterpart":
             self._known(rec)
             self.fields[str(rec["id"])]["counterpart"] = str(rec["of"])
@@ -519,6 +568,8 @@ def read_session(path: Path | str, *, strict: bool = True, tokens: bool = True) 
     if not lines:
         return _fail("empty file, no header", 1, b, strict)
     for n, line in enumerate(lines, start=1):
+        if n > 1 and b.token_line(line):
+            continue  # a token record as the recorder writes it: matched, not decoded
         last = n == len(lines)
         if not line.strip() and not (last and not ends_cleanly):
             continue  # blank lines are harmless
@@ -543,53 +594,13 @@ def read_session(path: Path | str, *, strict: bool = True, tokens: bool = True) 
                     strict,
                 )
             b.header = rec
-            # The rest decoded at once where every line is one whole record (what the
-            # recorder writes); anything else is read line by line, which names the damage.
-            rest = _whole_lines(data, len(line) + 1) if ends_cleanly else None
-            if rest is not None:
-                for k, rec in enumerate(rest, start=2):
-                    if (why := _add(b, rec)) is not None:
-                        return _fail(why, k, b, strict)
-                return b.session()
             continue
-        if (why := _add(b, rec)) is not None:
-            return _fail(why, n, b, strict)
+        try:
+            b.add(rec)
+        except (KeyError, TypeError, ValueError) as e:
+            detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+            return _fail(f"bad {rec.get('type', '?')} record: {detail}", n, b, strict)
     return b.session()
-
-
-def _add(b: _Builder, rec: dict) -> str | None:
-    """Add one record; returns what is wrong with it, or None."""
-    try:
-        b.add(rec)
-    except (KeyError, TypeError, ValueError) as e:
-        detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
-        return f"bad {rec.get('type', '?')} record: {detail}"
-    return None
-
-
-_DECODER = json.JSONDecoder()  # json.loads's own settings
-
-
-def _whole_lines(data: str, start: int) -> list[dict] | None:
-    """Every line of `data` from `start` on as its JSON object, when each line is exactly one
-    object, from its first character to its newline; None otherwise. Scanning the text in
-    place skips json.loads' per-call work (a file is mostly one-line token records: `prism
-    stats` reads hundreds of thousands), and a line it takes is one json.loads reads the same."""
-    scan = _DECODER.scan_once
-    out: list[dict] = []
-    pos, n = start, len(data)
-    try:
-        while pos < n:
-            if data[pos] != "{":
-                return None
-            rec, end = scan(data, pos)
-            if end >= n or data[end] != "\n":
-                return None
-            out.append(rec)
-            pos = end + 1
-    except (StopIteration, ValueError, RecursionError):
-        return None
-    return out
 
 
 def is_recording(path: Path | str) -> bool:

@@ -130,15 +130,17 @@ def _length(events: Sequence[Event]) -> Verdict:
 
 def verdict_of(events: Sequence[Event], reason: str | None, *, error: str | None = None,
                stop_sequence: str | None = None, status: int | None = None,
-               upstream: bool = False) -> Verdict:
+               upstream: bool = False, refused: str = "") -> Verdict:
     """The verdict on one request: its events, and the engine's finish `reason` ("stop",
     "length", "cancelled", "error"; "tool_calls" reads as "stop"; None: it never finished).
-    `upstream`: an upstream server generated it, so an error is the upstream's."""
+    `upstream`: an upstream server generated it, so an error is the upstream's. `refused`: the
+    finish's mark of a request refused before generation ("template": by the chat template;
+    engine/record/recording.py), else the error's own words say it."""
     if reason is None:
         return Verdict(ENGINE_ERROR, "the recording ends before this request finished")
     if reason == "error":
         text = error or ""
-        if text.startswith(TEMPLATE_ERROR_PREFIX):
+        if refused == "template" or text.startswith(TEMPLATE_ERROR_PREFIX):
             return Verdict(TEMPLATE_REFUSED, text)
         if upstream or status is not None:
             return Verdict(UPSTREAM_ERROR, f"HTTP {status}: {text}" if status else text)
@@ -174,3 +176,30 @@ def verdict_of(events: Sequence[Event], reason: str | None, *, error: str | None
     content = next((i for i in range(len(events) - 1, -1, -1) if events[i].kind == CONTENT),
                    last)
     return _at(events, content, ANSWERED, "the model ended its answer")
+
+
+def kind_of(result: dict | None, reason: str | None, *, error: str | None = None,
+            stop_sequence: str | None = None, status: int | None = None,
+            upstream: bool = False, refused: str = "") -> str | None:
+    """The kind `verdict_of` decides, from a recorded result (`ParseResult.to_dict()`) where
+    its counts decide it, in the same order; None where only the events can say (a reply cut
+    by max_tokens: which channel it ended in). A finish that reads no event (an error, a
+    cancel, a stop string) needs no result. For the ledger, which counts kinds: the events,
+    and so the deciding one, are read only when asked for. A call in the reasoning is the
+    `implicit_reasoning_end` the parser counts with it (engine/parse/parser_calls.py)."""
+    if reason is None or reason in ("error", "cancelled") or \
+            (reason != "length" and stop_sequence is not None):
+        return verdict_of((), reason, error=error, stop_sequence=stop_sequence, status=status,
+                          upstream=upstream, refused=refused).kind
+    if reason == "length" or not isinstance(result, dict):
+        return None
+    found, calls = result.get("anomalies"), result.get("tool_calls")
+    if not isinstance(found, dict) or not isinstance(calls, list):
+        return None
+    for kinds, kind in (((UNFINISHED_CALL,), CALL_UNFINISHED), ((MALFORMED_CALL,), CALL_MALFORMED),
+                        (_DROPPED, CALL_DROPPED)):
+        if any(found.get(k) for k in kinds):
+            return kind
+    if calls:
+        return CALL_FROM_REASONING if found.get(IMPLICIT_REASONING_END) else CALLED_TOOL
+    return ANSWERED

@@ -1,5 +1,6 @@
-"""app/cli.py: the verbs' dispatcher as a user runs it: --version, and a usage error (a port out
-of range) as one line on stderr with status 2, never a traceback."""
+"""app/cli.py: the verbs' dispatcher as a user runs it: --version, --help's usage naming every
+verb, and a usage error (a port out of range) as one line on stderr with status 2, never a
+traceback."""
 
 from __future__ import annotations
 
@@ -32,3 +33,19 @@ def test_a_bad_port_is_one_line(verb, port, why):
     r = prism(verb, "--port", port)
     assert r.returncode == 2
     assert r.stderr == f"prism {verb}: argument --port: {why} (see prism {verb} --help)\n"
+
+
+def test_help_names_every_verb_in_its_usage_line(monkeypatch):
+    from app import cli
+
+    r = prism("--help")
+    assert r.returncode == 0
+    first, *rest = r.stdout.splitlines()
+    assert first == f"usage: prism [{'|'.join(cli.VERBS)}] [options] | prism --version"
+    assert {"rerun", "stats"} <= set(first.split("[")[1].split("]")[0].split("|"))
+    listed = [line.split()[0] for line in rest if line.startswith("  ")]
+    assert listed == list(cli.VERBS)
+    # A verb added to VERBS is in the usage line without another edit.
+    monkeypatch.setitem(cli.VERBS, "later", ("app.later", "a verb added later"))
+    assert cli._usage().splitlines()[0].startswith(f"usage: prism [{'|'.join(cli.VERBS)}]")
+    assert "|later]" in cli._usage().splitlines()[0]

@@ -32,7 +32,8 @@ SHARED = ROOT.parent / "shared" / "clients"
 COPIES = {"opencode": "opencode_first_request.json",
           "opencode_title": "opencode_title_request.json",
           "aider": "aider_first_request.json", "qwen": "qwen_first_request.json",
-          "pi": "pi_first_request.json", "continue_cli": "continue_cli_first_request.json"}
+          "pi": "pi_first_request.json", "continue_cli": "continue_cli_first_request.json",
+          "openwebui": "openwebui_chat_with_tools.json"}  # bench/prefix_cache.py's
 ANSWER = "Done: the files are listed."
 
 

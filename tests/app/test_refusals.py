@@ -1,6 +1,8 @@
 """Refusals Prism knows of before the first token are the API's 4xx, streamed or not (issue 24,
 item 1): a replay miss, a context overflow and an invalid body, on chat completions, Messages,
-Responses and /v1/completions, each leaving a log line that names the reason.
+Responses and /v1/completions, each leaving a log line that names the reason. And one the
+engine finds only once the request is queued (item 2): a grammar llama.cpp cannot parse, on
+the real engine, where a stream's status line waits for its first token (app/api/sse.py).
 
 The servers are built from `prism serve`'s own arguments (app/serve.py, app/config.py), so the
 flags under test are the real ones; the requests are real clients' (tests/app/data/client_*.json,
@@ -190,3 +192,49 @@ def test_an_invalid_streamed_body_is_a_400_on_every_api(prism_serve, tmp_path, c
         live.anthropic().messages.create(model="m", max_tokens=64, stream=True,
                                          messages=[{"role": "robot", "content": "x"}])
     refusal_logged(caplog, 400, "'max_tokens' must be at least 1")
+
+
+# A pattern llama-cpp-python's converter copies into the grammar as it is: `\d` is no GBNF
+# escape (nor `\w`, `\S`, `\.`), so llama.cpp cannot parse the grammar, and the engine refuses
+# the job when it admits it, after the request was queued (engine/backends/llama/batch.py).
+BAD_PATTERN = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^\\d+$"}},
+               "required": ["code"]}
+
+
+@pytest.mark.model
+def test_a_grammar_the_engine_refuses_is_a_400_on_every_api_streamed_or_not(
+        prism_serve, caplog, default_model):
+    caplog.set_level(logging.WARNING, logger="prism")
+    live = prism_serve("--pack", "smollm2", "--n-ctx", "1024", "--parallel", "1",
+                       "--no-disk-cache")
+    oa = live.openai().with_options(timeout=120)  # a loaded 2-core box reads prompts slowly
+    an = live.anthropic().with_options(timeout=120)
+    hello = [{"role": "user", "content": "Give me a code."}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "code", "schema": BAD_PATTERN}}
+    for streamed in (True, False):
+        with pytest.raises(openai.BadRequestError) as err:
+            reply = oa.chat.completions.create(model="m", messages=hello, max_tokens=8,
+                                               response_format=fmt, stream=streamed)
+            for _ in reply if streamed else ():
+                pass
+        assert "invalid GBNF grammar" in err.value.message
+    with pytest.raises(openai.BadRequestError) as err:
+        _responses_stream(live, input="Give me a code.", max_output_tokens=8,
+                          text={"format": {"type": "json_schema", "name": "code",
+                                           "schema": BAD_PATTERN}})
+    assert "invalid GBNF grammar" in err.value.message
+    # Messages has no output format: a forced tool call is sampled under the tool's grammar.
+    with pytest.raises(anthropic.BadRequestError) as aerr, an.messages.stream(
+            model="m", max_tokens=8, messages=hello,
+            tools=[{"name": "lookup", "input_schema": BAD_PATTERN}],
+            tool_choice={"type": "tool", "name": "lookup"}) as stream:
+        for _ in stream:
+            pass
+    assert aerr.value.body["error"]["type"] == "invalid_request_error"
+    assert "invalid GBNF grammar" in aerr.value.body["error"]["message"]
+    refusal_logged(caplog, 400, "invalid GBNF grammar")
+    assert len(live.runs) == 4 and all(r.finish.reason == "error" for r in live.runs)
+    # The engine is fine: the next streamed request is a 200 that streams its text.
+    chunks = list(oa.chat.completions.create(model="m", messages=hello, max_tokens=4,
+                                             temperature=0, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).strip()

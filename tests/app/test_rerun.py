@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.rerun import Overrides, rebuild, rerun_session
+from app.rerun import Overrides, rebuild, rerun_requests, rerun_session
 from engine.backends.llama.engine import LlamaEngine
 from engine.chat.packs import PackError, load_pack
 from engine.chat.request import ChatRequest, Message, Sampling
@@ -217,3 +217,84 @@ def _last_id(path: Path) -> str:
     ids = [line.split('"id": "')[1].split('"')[0] for line in
            path.read_text(encoding="utf-8").splitlines() if '"type": "request"' in line]
     return ids[-1] if ids else "-"
+
+
+# -- the loop's hooks, as the window's rerun uses them (replayed engines: no model) ------------
+
+
+def _recorded(tmp_path: Path, asks=ASKS[:2]) -> Path:
+    path = tmp_path / "orig.jsonl"
+    with Recorder(path, model="m", pack="smollm2") as rec:
+        for k, ask in enumerate(asks):
+            rec.request(f"o{k}", ChatRequest(messages=(Message("user", ask),),
+                                              tools=tuple(TOOLS)), "")
+    return path
+
+
+def test_the_hooks_see_each_request_before_and_after_it_is_sent(replay_service, tmp_path):
+    original = read_session(_recorded(tmp_path))
+    other = replay_service("one", "two", pack="smollm2")
+    seen: list[tuple] = []
+    report = rerun_requests(other, original.requests, None,
+                            before=lambda rec, req: seen.append(("before", rec.id, req)),
+                            sent=lambda run: seen.append(("sent", run.request)),
+                            stopped=lambda: False)
+    assert (report.done, report.total, report.path, report.interrupted) == (2, 2, None, False)
+    # Announced just before it was sent, as the very request the run keeps.
+    assert [s[:2] for s in seen[0::2]] == [("before", "o0"), ("before", "o1")]
+    assert all(seen[k + 1][1] is seen[k][2] for k in (0, 2))
+
+
+def test_a_stop_cancels_the_request_in_flight_and_ends_the_loop(replay_service, tmp_path):
+    import threading
+
+    original = read_session(_recorded(tmp_path))
+    # Replayed at the recorded pace: long enough to be stopped while it streams.
+    other = replay_service("word " * 400, "never sent", pack="smollm2", speed=1.0)
+    stop = threading.Event()
+    runs, out = [], {}
+    loop = threading.Thread(target=lambda: out.update(report=rerun_requests(
+        other, original.requests, None, sent=runs.append, stopped=stop.is_set)))
+    loop.start()
+    wait_until(lambda: runs and runs[0].tokens, 10, what="the first request's first token")
+    stop.set()  # as the window's Stop re-runs does: ask, then cancel the one in flight
+    runs[0].cancel()
+    loop.join(10)
+    report = out["report"]
+    assert report.interrupted and (report.done, report.total) == (0, 2) and len(runs) == 1
+    assert runs[0].finish.reason == "cancelled" and len(runs[0].tokens) < 400
+
+
+def test_a_request_the_other_template_refuses_is_recorded_and_named(replay_service, tmp_path):
+    # Llama 3's template puts the tools in the first user message: a conversation without one
+    # is refused; it is recorded all the same, and named as the original's counterpart.
+    path = tmp_path / "orig.jsonl"
+    with Recorder(path, model="m", pack="smollm2") as rec:
+        rec.request("o0", ChatRequest(messages=(Message("system", "Use the tools."),),
+                                      tools=tuple(TOOLS)), "")
+        rec.request("o1", ChatRequest(messages=(Message("user", "Hi."),), tools=tuple(TOOLS)),
+                    "")
+    other = replay_service('{"name": "get_weather", "parameters": {"city": "Paris"}}',
+                           pack="llama3-json")
+    lines: list[str] = []
+    with Recorder(tmp_path / "again.jsonl", model="m", pack="llama3-json",
+                  rerun_of=str(path)) as rec:
+        other.recorder = rec
+        report = rerun_session(other, read_session(path), rec, progress=lines.append)
+    assert (report.done, report.failed) == (1, 1)
+    assert any("o0 not sent: chat template refused the request" in line for line in lines)
+    again = read_session(tmp_path / "again.jsonl")
+    assert [(r.counterpart, r.refused, r.finish) for r in again.requests] == \
+        [("o0", "template", "error"), ("o1", "", "stop")]
+    assert [(a.id, b.id) for a, b in pairs(read_session(path), again)] == \
+        [("o0", again.requests[0].id), ("o1", again.requests[1].id)]
+
+
+def test_the_window_s_engine_choice_builds_prism_rerun_s_service(tmp_path):
+    from app.rerun import service_for
+    from inspector.rerun import EngineChoice
+
+    with pytest.raises(SystemExit, match="nope"):
+        service_for(EngineChoice("pack", "nope"))
+    with pytest.raises((SystemExit, OSError, ValueError)):
+        service_for(EngineChoice("model", str(tmp_path / "missing.gguf")))

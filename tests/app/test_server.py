@@ -4,6 +4,8 @@ and /props, and a client that disconnects mid-stream (its job cancelled, the nex
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
 
@@ -211,20 +213,47 @@ def test_huge_body_is_413(serve):
 # --- 429 ------------------------------------------------------------------------------------
 
 
+def stream_status(client: httpx.Client, got: list[int]) -> threading.Thread:
+    """Open a chat stream from a thread (a queued request's status line waits for its first
+    token: app/api/sse.py), put its status in `got` and hang up."""
+
+    def run() -> None:
+        with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+            got.append(r.status_code)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def raw_chat_stream(live) -> socket.socket:
+    """A streamed chat request written on a bare socket, so the test can hang up while the
+    request waits without a status line."""
+    body = json.dumps({**CHAT, "stream": True}).encode()
+    conn = socket.create_connection((live.thread.host, live.thread.port))
+    conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                 % (len(body), body))
+    return conn
+
+
 def test_queue_limit_is_429_with_retry_after(serve):
     live = serve(LONG, speed=0.2, max_queue=1)
     a, b = live.http(), live.http()
+    got: list[int] = []
     with a.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as ra:
         wait_until(lambda: live.runs and live.runs[0].tokens)  # A is generating
-        with b.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as rb:
-            assert ra.status_code == rb.status_code == 200
-            assert live.service.engine.queue_depth() == 1  # B waits behind A
-            with pytest.raises(openai.RateLimitError) as err:
-                live.openai().chat.completions.create(model="m", messages=ASK)
-            assert int(err.value.response.headers["retry-after"]) >= 1
-            assert err.value.code == "rate_limit_exceeded"
-            r = live.http().post("/v1/messages", json={**CHAT, "max_tokens": 5})
-            assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error"
+        assert ra.status_code == 200
+        waiter = stream_status(b, got)
+        wait_until(lambda: live.service.engine.queue_depth() == 1)  # B waits behind A
+        with pytest.raises(openai.RateLimitError) as err:
+            live.openai().chat.completions.create(model="m", messages=ASK)
+        assert int(err.value.response.headers["retry-after"]) >= 1
+        assert err.value.code == "rate_limit_exceeded"
+        r = live.http().post("/v1/messages", json={**CHAT, "max_tokens": 5})
+        assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error"
+    waiter.join(20)  # A's client left: B ran, and got its 200 with its first token
+    assert got == [200]
     wait_until(lambda: all(run.done for run in live.runs))
     assert len(live.runs) == 2
 
@@ -232,17 +261,22 @@ def test_queue_limit_is_429_with_retry_after(serve):
 def test_a_waiting_request_whose_client_left_frees_its_place_at_once(serve):
     # It used to count toward the 429 limit until the worker reached it (issue 9, item 8).
     live = serve(LONG, LONG, speed=0.2, max_queue=1)
-    a, b = live.http(), live.http()
+    a = live.http()
+    got: list[int] = []
     with a.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}):
         wait_until(lambda: live.runs and live.runs[0].tokens)  # A is generating
-        with b.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}):
+        b = raw_chat_stream(live)
+        try:
             wait_until(lambda: live.service.engine.queue_depth() == 1)  # B waits behind A
+        finally:
+            b.close()
         # B's client hung up while B waited: its place is free while A still generates.
         wait_until(lambda: live.service.engine.queue_depth() == 0)
         assert not live.runs[0].done
-        with live.http().stream("POST", "/v1/chat/completions",
-                                json={**CHAT, "stream": True}) as rc:
-            assert rc.status_code == 200  # queued behind A, not 429
+        waiter = stream_status(live.http(), got)
+        wait_until(lambda: live.service.engine.queue_depth() == 1)  # queued behind A, not 429
+    waiter.join(20)
+    assert got == [200]
 
 
 # --- errors after the stream began, disconnects -----------------------------------------------

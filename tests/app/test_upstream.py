@@ -4,7 +4,9 @@
   what the same output gives served locally; the template comes from the upstream's /props.
 - Upstream = the scripted upstream (tests/engine/backends/upstream/scripted_upstream.py): its
 errors reach the
-  caller in the caller's dialect, or as a final error event once streaming began (and the
+  caller in the caller's dialect, streamed or not, with their status while no token has
+  come (a normal stream still starts at its first token), or as a final error event once
+  streaming began (and the
   recording keeps what came); 429 past the in-flight limit; a client that leaves closes the
   upstream stream; /health follows the upstream's reachability.
 - Upstream = llama-cpp-python's own server on the default model (`model` tests): a
@@ -197,6 +199,72 @@ def test_an_upstream_500_is_a_bad_gateway(front):
             live.openai().chat.completions.create(model="m", messages=ASK)
     assert err.value.status_code == 502
     assert "CUDA error: an illegal memory access" in err.value.message
+
+
+def test_a_streamed_request_the_upstream_refuses_is_the_callers_4xx_on_every_api(front):
+    # The upstream's answer comes after the job was queued, before any token: the streaming
+    # routes hold their status line until then (app/api/sse.py), so it is still the 4xx.
+    with ScriptedUpstream(scripted(400, "prompt is 9000 tokens, max 4096")) as up:
+        live = front(up.url, pack="qwen3-xml")
+        oa = live.openai()
+        with pytest.raises(openai.BadRequestError) as chat:
+            for _ in oa.chat.completions.create(model="m", messages=ASK, stream=True):
+                pass
+        with pytest.raises(openai.BadRequestError) as resp:
+            for _ in oa.responses.create(model="m", input="Weather?", stream=True):
+                pass
+        with pytest.raises(openai.BadRequestError) as raw:
+            for _ in oa.completions.create(model="m", prompt="Weather?", stream=True):
+                pass
+        with pytest.raises(anthropic.BadRequestError) as msg, live.anthropic().messages.stream(
+                model="m", max_tokens=10, messages=ASK) as stream:
+            for _ in stream:
+                pass
+    for err in (chat, resp, raw):
+        assert "prompt is 9000 tokens, max 4096" in err.value.message
+        assert err.value.body["type"] == "invalid_request_error"
+    assert msg.value.body["error"]["type"] == "invalid_request_error"
+    assert "prompt is 9000 tokens" in msg.value.body["error"]["message"]
+    assert len(up.requests) == 4
+
+
+def test_a_streamed_upstream_failure_before_any_token_is_a_502(front):
+    with ScriptedUpstream(scripted(500, "CUDA error: out of memory")) as up:
+        live = front(up.url, pack="qwen3-xml")
+        with pytest.raises(openai.InternalServerError) as err:
+            for _ in live.openai().chat.completions.create(model="m", messages=ASK,
+                                                           stream=True):
+                pass
+    assert err.value.status_code == 502 and "CUDA error: out of memory" in err.value.message
+
+
+def test_a_streamed_reply_starts_at_its_first_token_not_at_its_end(front):
+    release = threading.Event()
+
+    async def hold(req: Seen, reply: Reply) -> None:
+        await reply.start_stream()
+        await reply.event(chunk("Thinking"))
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+        await reply.event(chunk(" done.", "stop"))
+        await reply.event("[DONE]")
+        await reply.end_stream()
+
+    with ScriptedUpstream(hold) as up:
+        live = front(up.url, pack="qwen3-xml")
+        body = {"model": "m", "messages": ASK, "stream": True}
+        try:
+            with live.http().stream("POST", "/v1/chat/completions", json=body) as resp:
+                assert resp.status_code == 200  # while the upstream still holds its reply
+                lines = resp.iter_lines()
+                first = next(line for line in lines if "Thinking" in line)
+                assert not release.is_set()  # it came before the upstream finished
+                release.set()
+                rest = "".join(lines)
+        finally:
+            release.set()
+    assert json.loads(first[6:])["choices"][0]["delta"]["reasoning_content"] == "Thinking"
+    assert " done." in rest and rest.endswith("data: [DONE]")
 
 
 def test_refused_and_timeout(front):

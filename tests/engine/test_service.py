@@ -13,11 +13,14 @@ import pytest
 
 from engine.chat.packs import resolve_pack
 from engine.chat.request import STREAM_TOOLS, ChatRequest, Message, Sampling
+from engine.chat.template import TemplateError
 from engine.metrics import Metrics
 from engine.parse.events import TOOL_CALL, merge, result_of
 from engine.parse.reading import Reading
+from engine.record.ledger import read_replies
 from engine.record.recording import read_session
 from engine.record.replay import ReplayMiss
+from engine.record.verdict import TEMPLATE_REFUSED
 from engine.service import ContextOverflow, Service
 
 TOOLS = (
@@ -370,3 +373,28 @@ def test_real_engine_prefix_match_is_placed_in_the_changed_system_message(llama_
     assert (place.message, place.field) == (0, "content")
     assert stamp <= place.char <= stamp + 4  # the differing token is inside the timestamp
     assert "1" in prefix.cached_text[: stamp + 5 - place.char]
+
+
+def test_a_request_the_template_refuses_is_recorded_as_refused(replay_service):
+    # Llama 3's template puts the tools in the first user message: with none, it raises.
+    svc = replay_service("never sent", pack="llama3-json", record=True)
+    seen = []
+    svc.add_listener(seen.append)
+    req = ChatRequest(messages=(Message("system", "You call tools."),), tools=TOOLS)
+    with pytest.raises(TemplateError, match="Llama 3 puts tools in the first user message") \
+            as err:
+        svc.submit(req)
+    assert svc.engine.queue_depth() == 0
+    assert svc.metrics.snapshot()["requests"] == []  # never started: nothing counted
+    # The window's listeners hear of it, finished, once.
+    assert [u.kind for u in seen] == ["refused"] and seen[0].run.done
+    assert seen[0].run.finish.error == str(err.value)
+    svc.recorder.close()
+    (rec,) = read_session(svc.recorder.path).requests
+    assert rec.id == err.value.request_id == seen[0].run.id
+    assert (rec.finish, rec.refused, rec.prompt, rec.tokens) == ("error", "template", "", ())
+    assert rec.error == str(err.value) and rec.request["messages"][0]["content"] == \
+        "You call tools."
+    (reply,) = read_replies([svc.recorder.path])
+    assert reply.kind == reply.verdict.kind == TEMPLATE_REFUSED
+    assert "Llama 3 puts tools" in reply.verdict.detail

@@ -60,3 +60,45 @@ def test_why_it_stopped_is_a_column_and_a_click_shows_the_event(window, tmp_path
     selected = window.raw.raw.textCursor().selectedText().replace("\u2029", "\n")
     assert selected == track.raw[a:b]
     assert "</tool_call>" in track.raw[a:b]
+
+
+def test_a_request_the_template_refused_shows_why_live_and_played(qtbot, replay_service,
+                                                                   clock, window):
+    from engine.chat.request import ChatRequest, Message
+    from engine.chat.template import TemplateError
+    from inspector.playback import Playback
+    from inspector.tracks import LiveFeed, TrackStore
+    from tests.engine.record.test_ledger import TOOLS
+    from widgets.main_window import MainWindow
+
+    # Llama 3's template puts the tools in the first user message: with none, it raises.
+    service = replay_service("never sent", pack="llama3-json", record=True)
+    store = TrackStore()
+    feed, playback = LiveFeed(service, store), Playback(store, clock=clock)
+    live = MainWindow(store, playback, [feed, playback], submit=service.submit)
+    live.timer.stop()
+    qtbot.addWidget(live)
+    refused = ChatRequest(messages=(Message("system", "You call tools."),), tools=TOOLS)
+    try:
+        service.submit(refused)
+    except TemplateError as e:
+        rid = e.request_id
+    live.frame()
+    model = live.log.model
+    assert model.rowCount() == 1 and model.track_at(0).id == rid
+    assert model.index(0, VERDICT_COL).data() == v.LABELS[v.TEMPLATE_REFUSED] == \
+        "refused by the template"
+    assert "Llama 3 puts tools" in model.index(0, VERDICT_COL).data(Qt.ItemDataRole.ToolTipRole)
+    feed.close()
+    # Its recording says the same when played (in another window), and in the ledger.
+    service.recorder.close()
+    window.playback.set_speed(0.0)
+    assert window.open_recording(service.recorder.path)
+    window.frame()
+    (played,) = window.playback.items
+    model = window.log.model
+    assert model.rowCount() == 1 and model.track_at(0) is played.track
+    assert played.track.id == rid and played.track.status == "error"
+    assert model.index(0, VERDICT_COL).data() == "refused by the template"
+    window.ledger_action.trigger()
+    assert window.ledger.cell("verdict: refused by the template") == "1"

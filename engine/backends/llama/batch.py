@@ -270,15 +270,17 @@ class Batcher:
             self._put(n, a.pending, len(a.slot.kv), a.slot.seq, True)
             a.row, n = n, n + 1
         chunks: list[tuple[Active, list[int]]] = []
-        # Beside generating rows a chunk is sized so that they keep their pace (chunks.py).
-        cap = self.sizer.cap(len(generating)) if generating else self.n_batch
+        # Beside generating rows the step's prompt tokens, all prefills' together, are as many
+        # as keep those rows' pace (none on some steps: chunks.py).
+        cap = self.sizer.cap() if generating else self.n_batch
         for a in self._order:
-            if n >= self.n_batch:
+            if n >= self.n_batch or cap <= 0:
                 break
             if not a.prefilling:
                 continue
             done = len(a.slot.kv)
             chunk = a.prompt[done:done + min(cap, self.n_batch - n)]
+            cap -= len(chunk)
             last = done + len(chunk) == len(a.prompt)
             for i, tok in enumerate(chunk):
                 self._put(n + i, tok, done + i, a.slot.seq, last and i == len(chunk) - 1)
@@ -312,7 +314,7 @@ class Batcher:
             except Exception as e:  # a consumer's callback: that job ends, the others go on
                 self._end(a, "error", f"{type(e).__name__}: {e}")
         # Timed to the last sample: a GPU's decode returns before its work is done.
-        self.sizer.observe(n, now() - t0)
+        self.sizer.observe(len(generating), n - len(generating), now() - t0)
 
     def _put(self, i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
         b = self._batch

@@ -38,6 +38,7 @@ model
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -87,6 +88,7 @@ class LlamaEngine(QueuedEngine):
             log.info("[prism] special tokens kept as text: %s",
                      " ".join(self._vocab.preserved_texts))
         self._batcher = None  # the worker thread's alone
+        self._admitting: Job | None = None  # the job in Batcher.admit now (_job_done)
         self._options = {"n_ctx": n_ctx, "parallel": parallel, "n_gpu_layers": n_gpu_layers,
                          "n_threads": n_threads, "kv_unified": kv_unified, "verbose": verbose}
         if prefill_chunk:
@@ -171,6 +173,11 @@ class LlamaEngine(QueuedEngine):
             self._batcher = None
 
     def _job_done(self, job: Job, fin: Finish) -> None:
+        if job is self._admitting and fin.reason == "error" and fin.status is None:
+            # Refused at admission (a prompt longer than the context, a grammar llama.cpp
+            # cannot parse): nothing of it ran, and the request is what was wrong, so the
+            # server answers 400 (app/api/runs.py), not 500, streamed or not.
+            fin = dataclasses.replace(fin, status=400)
         try:
             job.on_finish(fin)
         except Exception:
@@ -192,11 +199,15 @@ class LlamaEngine(QueuedEngine):
                     break
                 if self._closed:  # close() may have missed it between _take() and here
                     job.cancel()
+                self._admitting = job
                 try:
                     admitted = b.admit(job)
                 except Exception as e:  # e.g. a prompt that cannot be tokenized
+                    self._admitting = None  # a failure of ours, not the request's
                     self._fail_job(job, e)
                     continue
+                finally:
+                    self._admitting = None
                 if not admitted:  # the pool has no room for its prompt yet
                     self._put_back(job)
                     break

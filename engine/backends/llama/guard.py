@@ -38,6 +38,7 @@ from engine.backends.base import Guard
 
 log = logging.getLogger("prism")
 
+LOOK_BACK = 64  # characters before the parser's call start where the grammar's may lie
 _TOKEN = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data
 
 
@@ -73,9 +74,9 @@ class CallGuard:
         C.llama_sampler_apply(self._g, ctypes.byref(data))
         return bool(np.isfinite(one[0]["logit"]))
 
-    def _start(self, text: str) -> bool:
+    def _start(self, text: str, quiet: bool = False) -> bool:
         """Open the grammar and feed it `text`, the call written so far; False (grammar
-        dropped) when the grammar cannot follow it."""
+        dropped, logged unless `quiet`) when the grammar cannot follow it."""
         import llama_cpp as C
 
         g = C.llama_sampler_init_grammar(self._vocab, self.guard.grammar.encode("utf-8"),
@@ -87,8 +88,9 @@ class CallGuard:
         self._g = g
         for tok in self._tokenize(text):
             if not self._allows(tok):
-                log.info("[prism] guard: the call's opening %r does not fit the family's "
-                         "grammar; this call is not guarded", text[:60])
+                if not quiet:
+                    log.info("[prism] guard: the call's opening %r does not fit the family's "
+                             "grammar; this call is not guarded", text[:60])
                 self._stop()
                 return False
             C.llama_sampler_accept(g, tok)
@@ -165,5 +167,11 @@ class CallGuard:
         if at is None or at <= self._done_upto:
             return
         self._done_upto = at
-        text = output.decode("utf-8", "replace")[at:]
-        self._start(text)
+        text = output.decode("utf-8", "replace")
+        # Where the family's grammar starts is not always where the parser's call starts: a
+        # frame the parser consumed as markup before it (GigaChat's role header, Harmony-like
+        # channels), a space the writer puts before the opener (FireFunction's " functools").
+        # The nearest start at or before the parser's whose text the grammar follows wins.
+        for k in range(at, max(at - LOOK_BACK, 0) - 1, -1):
+            if self._start(text[k:], quiet=k > max(at - LOOK_BACK, 0)):
+                return

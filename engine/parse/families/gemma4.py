@@ -269,6 +269,10 @@ def _gemma_value(w, schema: dict, depth: int = 0) -> str:
     q = w.seq(QUOTE)
     if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
         return "(" + " | ".join(f"{q} {w.lit(e)} {q}" for e in enum) + ")"
+    if isinstance(enum, list) and enum and all(
+            isinstance(e, (int, float, bool)) or e is None for e in enum):
+        # Numbers, booleans and null are written bare in Gemma's values, as in JSON.
+        return "(" + " | ".join(w.lit(json.dumps(e)) for e in enum) + ")"
     kind = schema.get("type")
     if kind == "string":
         return f"{q} {w.until(QUOTE)} {q}"

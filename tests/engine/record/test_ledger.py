@@ -15,6 +15,7 @@ from engine.backends.base import Finish, Timings
 from engine.chat.packs import load_pack, resolve_pack
 from engine.chat.request import ChatRequest, Message, Sampling
 from engine.metrics import Metrics
+from engine.record import ledger as ledger_module
 from engine.record import verdict as v
 from engine.record.ledger import KEYS, LISTED, kinds_of, ledger, read_replies, table
 from engine.record.model_info import LOCAL, REPLAY, UNKNOWN, describe
@@ -91,6 +92,30 @@ def test_each_anomaly_kind_is_counted_exactly(tmp_path):
     # five replies hold a delivered call (the unknown tool's and the repaired one included)
     assert row.calls == 5 and row.finishes == {"stop": 5, "tool_calls": 5, "length": 1}
     assert row.verdicts[v.CALL_DROPPED] == 2 and row.verdicts[v.ANSWERED] == 2
+
+
+def test_the_recorded_result_decides_the_kind_and_the_event_is_read_when_asked(tmp_path,
+                                                                              monkeypatch):
+    path = record(tmp_path, "lazy")
+    parsed: list[str] = []
+    real = ledger_module.reparse
+
+    def counting(req, fallback="auto"):
+        parsed.append(req.id)
+        return real(req, fallback)
+
+    monkeypatch.setattr(ledger_module, "reparse", counting)
+    replies = read_replies([path])
+    (row,) = ledger(replies)
+    # Only the cut by max_tokens needs its events to be told (which channel it ended in).
+    cut = [r.id for r, c in zip(replies, CASES, strict=True) if c[3] == v.LENGTH_IN_REASONING]
+    assert parsed == cut
+    assert sum(row.verdicts.values()) == len(CASES)
+    # Asked for, each verdict is the re-parse's, and of the kind counted.
+    assert [r.verdict.kind for r in replies] == [r.kind for r in replies] == \
+        [c[3] for c in CASES]
+    assert all(r.verdict.span is not None for r in replies)
+    assert len(parsed) == len(CASES)
 
 
 def test_the_deciding_event_is_the_one_named(tmp_path):

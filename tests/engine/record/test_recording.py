@@ -397,3 +397,51 @@ def test_a_rerun_names_its_original_and_each_requests_counterpart(tmp_path: Path
                     encoding="utf-8")
     with pytest.raises(RecordingError, match="unknown request"):
         read_session(path)
+
+
+# Token texts a model writes that JSON must escape, or that look like the record's own syntax.
+AWKWARD = ("plain", "", "\n", '"quoted"', "back\\slash", "tab\there", "\x00\x1f", "é🙂",
+           "\u2028", '", "t": 9}', "\\u00e9", "}\n{")
+
+
+def _token_lines(path: Path) -> list[dict]:
+    """Every record json.loads reads from the file, line by line (the reference)."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n")[1:-1]]
+
+
+def test_token_records_read_as_json_reads_them(tmp_path: Path) -> None:
+    path = tmp_path / "awkward.jsonl"
+    with Recorder(path, model="m") as rec:
+        rec.request('id "with" \\ escapes', {"messages": []}, "")
+        for i, text in enumerate(AWKWARD):
+            rec.token('id "with" \\ escapes', i, Token(10 ** 12 + i, text, 100.0 + i * 1e-6,
+                                                       top=(("x", -0.5),) if i == 3 else ()))
+        rec.finish('id "with" \\ escapes', Finish("stop", TIMINGS))
+    expected = [Token(r["tok"], r["text"], r["t"], tuple(map(tuple, r.get("top", ()))))
+                for r in _token_lines(path) if r["type"] == "token"]
+    (got,) = read_session(path).requests
+    assert list(got.tokens) == expected and got.text == "".join(AWKWARD)
+    (light,) = read_session(path, tokens=False).requests
+    assert light.tokens == () and light.text == got.text
+    assert (light.summary.n, light.summary.first_t, light.summary.last_t) == \
+        (len(expected), expected[0].t, expected[-1].t)
+
+
+@pytest.mark.parametrize("tokens", [True, False])
+def test_a_token_record_that_does_not_fit_is_still_damage(tmp_path: Path, tokens) -> None:
+    path = tmp_path / "bad.jsonl"
+    with Recorder(path, model="m") as rec:
+        _write_one(rec)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    # In the recorder's layout but for a request the file never named: damage at its line.
+    lines.insert(3, '{"type": "token", "id": "nobody", "i": 0, "tok": 1, "text": "x", "t": 0.5}')
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(RecordingError) as err:
+        read_session(path, tokens=tokens)
+    assert err.value.line == 4 and "unknown request 'nobody'" in str(err.value)
+    # A token id that is not a number: damage too, in either reading.
+    lines[3] = lines[2].replace('"tok": ', '"tok": "x", "was": ')
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(RecordingError) as err:
+        read_session(path, tokens=tokens)
+    assert err.value.line == 4

