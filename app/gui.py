@@ -102,7 +102,10 @@ class Inspector:
         self.window = MainWindow(self.store, self.playback, [self.feed, self.playback],
                                  submit=service.submit,
                                  title=window_title(engine.name, service.pack),
-                                 rerun=self.start_rerun, packs=rerun_packs())
+                                 rerun=self.start_rerun, packs=rerun_packs(),
+                                 # Compose's *Guard calls*: greyed out where no guard runs.
+                                 guard_calls=service.guard_calls
+                                 if getattr(engine, "guards_calls", False) else None)
         self._reruns: list[tuple[RerunFeed, threading.Thread]] = []
         self.window.server_toggled.connect(self._server_toggled)
         self.server = None

@@ -2,25 +2,27 @@
 (issue 24, item 5: opencode's title request decoded at 0.5 tokens/s beside its 7.4k-token
 prompt.) Prints medians; not part of the test suite.
 
-Each measurement is a fresh `LlamaEngine(parallel=2)` on the default model (split caches, as
-`prism serve` picks for it; no disk cache), greedy:
+Each engine is a fresh `LlamaEngine(parallel=2)` on the default model (split caches, as
+`prism serve` picks for it; no disk cache), greedy. Per chunking variant, one measurement is:
 
-- *long alone*: a prompt of about `--long-tokens` tokens, one token out: its prefill time
-  (`Timings.prompt_ms`);
-- per chunking variant, on one engine: *short alone*, a short prompt that generates
-  `--short-tokens` tokens (its decode tokens/s after its first token); then *beside*: the
-  short request again, and once it has its first token the long one: the short request's
-  tokens/s while the long one is in prefill, and the long one's prefill time.
+- *long alone*: a prompt of about `--long-tokens` tokens, one token out, on its own engine:
+  its prefill time (`Timings.prompt_ms`);
+- *short alone*, on the variant's engine: a short prompt that generates `--short-tokens`
+  tokens: its decode tokens/s after its first token;
+- *beside*, on the same engine: the short request again, and once it has its first token the
+  long one: the short request's tokens/s while the long one is in prefill, and the long one's
+  prefill time.
 
 Variants (the chunk a step may carry beside a generating sequence; engine/backends/llama/chunks.py):
 `fixed-256` (the chunk before issue 24), `fixed-N` (`--fixed`), `alternate` (256 tokens every
 other step, none between), `timed-F` (the sizer: the generating row at most F times slower
-than alone; `--fair`, the first is the default `FAIR_STEP`). Every round runs the lone prefill
-and every variant, in an order rotated each round, so a change in the machine's
-load touches them all alike; each variant's short request is compared with its own lone run
-just before, and its prefill with that round's lone one (medians of the ratios).
+than alone; `--fair`, the first is the default `FAIR_STEP`). Every round measures every
+variant, in an order rotated each round, so a change in the machine's load touches them all
+alike, and each measurement is compared with its own lone runs, just before it (medians of
+the ratios over rounds).
 
-    python bench/fairness.py [--rounds 3] [--long-tokens 4200] [--short-tokens 32] [--quick]
+    python bench/fairness.py [--rounds 3] [--long-tokens 4200] [--short-tokens 32] [--threads N]
+                             [--fixed 16] [--fair 1.5 2] [--quick]
 """
 
 from __future__ import annotations
@@ -204,35 +206,32 @@ def main() -> None:
     long = chatml("Summarise these notes. " + " ".join(
         f"Note {i}: the shipment left the depot on time." for i in range(sentences)))
     runs = variants(args.fixed, args.fair)
-    names = ["long alone", *runs]
-    got: dict[str, list] = {name: [] for name in names}
+    got: dict[str, list] = {name: [] for name in runs}
     print(f"load {load()}; long prompt {len(engine_tokens(path, long))} tokens, short "
           f"{args.short_tokens} out; threads {args.threads or 'default'}; "
           f"{args.rounds} round(s)", flush=True)
+    names = list(runs)
     for r in range(args.rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
-            if name == "long alone":
-                got[name].append(long_alone(path, args.threads, long))
-            else:
-                got[name].append(beside(path, args.threads, short, args.short_tokens, long,
-                                        runs[name]()))
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            alone_ms = long_alone(path, args.threads, long)
+            got[name].append((alone_ms, *beside(path, args.threads, short, args.short_tokens,
+                                                long, runs[name]())))
         print(f"round {r + 1} done (load {load()})", flush=True)
     med = statistics.median
-    alone_ms = got["long alone"]
-    print(f"long alone: prefill {med(alone_ms):.0f} ms (rounds: "
-          f"{', '.join(f'{ms:.0f}' for ms in alone_ms)})")
     print(f"{'variant':<12} {'short alone':>11} {'beside':>7} {'slower':>7} {'prefill ms':>10} "
-          f"{'slower':>7} {'chunk':>6} {'steps':>6} {'tokens':>6}")
-    for name in runs:
-        rows = got[name]
-        # Each round's ratios against its own references, then the median over rounds.
-        short_x = med(row[0] / row[1] for row in rows)
-        long_x = med(row[2] / ms - 1 for row, ms in zip(rows, alone_ms, strict=True))
-        print(f"{name:<12} {med(row[0] for row in rows):>11.1f} {med(row[1] for row in rows):>7.1f}"
-              f" {short_x:>6.2f}x {med(row[2] for row in rows):>10.0f} {long_x:>+7.1%}"
-              f" {med(row[4] for row in rows):>6.0f} {med(row[5] for row in rows):>6.0%}"
-              f" {med(row[3] for row in rows):>6.0f}")
+          f"{'alone ms':>9} {'slower':>7} {'chunk':>6} {'steps':>6} {'tokens':>6}")
+    for name, rows in got.items():
+        # Each measurement against its own references, just before it; medians over rounds.
+        short_x = med(row[1] / row[2] for row in rows)
+        long_x = med(row[3] / row[0] - 1 for row in rows)
+        print(f"{name:<12} {med(row[1] for row in rows):>11.1f} {med(row[2] for row in rows):>7.1f}"
+              f" {short_x:>6.2f}x {med(row[3] for row in rows):>10.0f}"
+              f" {med(row[0] for row in rows):>9.0f} {long_x:>+7.1%}"
+              f" {med(row[5] for row in rows):>6.0f} {med(row[6] for row in rows):>6.0%}"
+              f" {med(row[4] for row in rows):>6.0f}")
+    print("slower: the median of each round's ratio; chunk: the median chunk while the long "
+          "prompt was read beside the short request; steps: the share of its steps that "
+          "carried one; tokens: the short request's tokens in that time")
 
 
 def engine_tokens(path: Path, text: str) -> list[int]:

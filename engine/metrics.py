@@ -61,6 +61,8 @@ class _Request:
     # Of its prompt, once finished: reused (from a slot or disk), and of those, from disk.
     cached_tokens: int = 0
     disk_tokens: int = 0
+    draft_tokens: int = 0  # speculation: draft tokens verified, and of those kept
+    accepted_tokens: int = 0
     guided_tokens: int = 0  # tokens the call guard changed (not an anomaly: a fact of the run)
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
 
@@ -78,6 +80,8 @@ class _Request:
             "slot": self.slot,
             "cached_tokens": self.cached_tokens,
             "disk_tokens": self.disk_tokens,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
             "guided_tokens": self.guided_tokens,
             "anomalies": dict(self.anomalies),
             "implicit_reasoning_ends": self.anomalies[IMPLICIT_REASONING_END],
@@ -114,6 +118,9 @@ class Metrics:
             "finished": 0,
             "prompt_tokens": 0,
             "cached_tokens": 0,
+            # Speculation (engine/backends/llama/speculate.py): drafted, and of those kept.
+            "draft_tokens": 0,
+            "accepted_tokens": 0,
             # The prompt tokens by where they came from (issue 20): slot + disk = cached, and
             # slot + disk + computed = prompt.
             "prompt_tokens_by_source": {"slot": 0, "disk": 0, "computed": 0},
@@ -239,10 +246,13 @@ class Metrics:
             req.tokens_per_s = timings.tokens_per_s
             req.slot = timings.slot
             req.cached_tokens, req.disk_tokens = timings.cached_tokens, timings.disk_tokens
+            req.draft_tokens, req.accepted_tokens = timings.draft_tokens, timings.accepted_tokens
             tot = self._totals
             tot["finished"] += 1
             tot["prompt_tokens"] += timings.prompt_tokens
             tot["cached_tokens"] += timings.cached_tokens
+            tot["draft_tokens"] += timings.draft_tokens
+            tot["accepted_tokens"] += timings.accepted_tokens
             by_source = tot["prompt_tokens_by_source"]
             by_source["slot"] += timings.slot_tokens
             by_source["disk"] += timings.disk_tokens

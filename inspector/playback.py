@@ -321,7 +321,8 @@ class Playback:
             # Token times are re-based on the playback clock, so TTFT and tokens/s in the
             # request list describe what is on screen.
             base = track.submitted
-            track.add_tokens(Token(t.id, t.text, base + t.t, t.top) for t in toks)
+            # (Every other field as recorded: top-k, the guard's mark.)
+            track.add_tokens(replace(t, t=base + t.t) for t in toks)
             track.add_events(evs)
             track.state = pipe.state
             it.pos = end

@@ -1,12 +1,14 @@
 """The compose box: send a chat to the same engine the server uses, streamed into the panes.
 
 Owns `ComposeBox`: system prompt, message, tools (OpenAI JSON), thinking (pack default, on,
-off), sampling (temperature, top_p, seed), max tokens and top-k alternatives to record; Send and
-Stop. It builds an `engine.chat.request.ChatRequest` (client
-"gui") and hands it to a `submit` callable given by the app (which calls `Service.submit` and
-returns the run); the request then appears in the list like any other and its tokens arrive
-through the same queue. Errors (bad tools JSON, context overflow, template errors) are shown
-under the buttons, never raised. GUI thread only.
+off), sampling (temperature, top_p, seed), max tokens and top-k alternatives to record, *Guard
+calls* (the request's `guard_calls`: once the model opens a call, the rest follows the tool's
+schema; it starts as the app's --no-guard-calls says, and is off and greyed out for an engine
+that runs no guard: a replay, an upstream); Send and Stop. It builds an
+`engine.chat.request.ChatRequest` (client "gui") and hands it to a `submit` callable given by
+the app (which calls `Service.submit` and returns the run); the request then appears in the
+list like any other and its tokens arrive through the same queue. Errors (bad tools JSON,
+context overflow, template errors) are shown under the buttons, never raised. GUI thread only.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from collections.abc import Callable
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -38,7 +41,9 @@ EXAMPLE_TOOLS = """[{"type": "function", "function": {"name": "get_weather",
 
 
 class ComposeBox(QWidget):
-    def __init__(self, parent=None, submit: Callable[[ChatRequest], Run] | None = None) -> None:
+    def __init__(self, parent=None, submit: Callable[[ChatRequest], Run] | None = None,
+                 guard_calls: bool | None = True) -> None:
+        """`guard_calls`: *Guard calls* at start; None: the engine runs no guard."""
         super().__init__(parent)
         self.submit = submit
         self.run = None
@@ -75,6 +80,15 @@ class ComposeBox(QWidget):
         self.top_k.setSpecialValueText("off")
         self.top_k.setToolTip("Record each token's top-k alternatives (shown in the token "
                               "strip; costs about 2% of decode speed)")
+        self.guard = QCheckBox("Guard calls")
+        self.guard.setChecked(bool(guard_calls))
+        self.guard.setEnabled(guard_calls is not None)
+        self.guard.setToolTip(
+            "Once the model opens a real tool call, sample the rest of it under the tool's "
+            "schema. Tokens the guard changed are marked in the token strip."
+            if guard_calls is not None else
+            "This engine runs no call guard (only the local llama engine can: not a replay "
+            "or an upstream).")
         self.send_btn = QPushButton("Send")
         self.send_btn.setDefault(True)
         self.stop_btn = QPushButton("Stop")
@@ -91,6 +105,7 @@ class ComposeBox(QWidget):
                          ("max tokens", self.max_tokens), ("top-k", self.top_k)):
             row.addWidget(QLabel(label))
             row.addWidget(w)
+        row.addWidget(self.guard)
         row.addStretch(1)
         row.addWidget(self.send_btn)
         row.addWidget(self.stop_btn)
@@ -128,6 +143,9 @@ class ComposeBox(QWidget):
             max_tokens=self.max_tokens.value(),
             top_logprobs=self.top_k.value(),
             thinking=self.thinking.currentData(),
+            # Always stated, so the box's switch is what the request gets, whatever the
+            # server's default.
+            guard_calls=self.guard.isChecked(),
             api="gui",
             model="",
         )

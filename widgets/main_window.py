@@ -64,9 +64,12 @@ class MainWindow(QMainWindow):
                  submit: Callable[[ChatRequest], Run] | None = None,
                  title: str = "Prism",
                  rerun: Start | None = None,
-                 packs: Sequence[str] = ()) -> None:
+                 packs: Sequence[str] = (),
+                 guard_calls: bool | None = True) -> None:
         """`rerun` starts a rerun off the GUI thread and returns its feed (app/gui.py);
-        `packs` are the built-in packs *Re-run on…* offers."""
+        `packs` are the built-in packs *Re-run on…* offers; `guard_calls` is Compose's
+        *Guard calls* at start (the service's, --no-guard-calls; None: the engine runs
+        no guard)."""
         super().__init__()
         self.setWindowTitle(title)
         self.resize(1560, 980)
@@ -82,7 +85,7 @@ class MainWindow(QMainWindow):
         self.channels = ChannelPanes()
         self.raw = RawView()
         self.prompt = PromptView()
-        self.compose = ComposeBox(submit=submit)
+        self.compose = ComposeBox(submit=submit, guard_calls=guard_calls)
         self.reparse = ReparseView()
         self.compare = CompareView()
         self.compare.pick.connect(self._pick_for_compare)

@@ -3,9 +3,13 @@
 Owns `RawView` (the raw text, each event's span in the format of the state that produced it,
 markup in the tag colour, the held tail dim at the end, anomalies underlined with a tooltip) and
 `TokenStrip` (one box per token, alternating shades so boundaries show; shaded by probability
-when the engine recorded top-k alternatives; hover for id, time and alternatives; ids instead of
-text on request). The raw text is rebuilt from the events' spans, which tile the output, so what
-is drawn is provably what the parser consumed. GUI thread only; reads tracks.
+when the engine recorded top-k alternatives; a token the call guard chose in its own cyan, its
+tooltip naming the model's own draw, so "the model wrote this" and "the guard made it write
+this" look different; hover for id, time and alternatives; ids instead of text on request).
+The raw text is rebuilt from the events' spans, which tile the output, so what is drawn is
+provably what the parser consumed; a token the guard chose is marked there too (its
+`guided_token` event is zero-width at the token's end: the mark waits until the parser has
+decided the token's text). GUI thread only; reads tracks.
 
 A family's call markers (`<｜tool▁sep｜>`, `[ARGS]`, `<|tool_call>`, `<arg_key>` ...) lie inside
 the parser's call events, not in markup events (the call's span owns its tags), so the view
@@ -21,7 +25,7 @@ import re
 from bisect import bisect_right
 from functools import cache
 
-from PySide6.QtGui import QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
 from engine.parse import families as dialects
@@ -29,6 +33,7 @@ from engine.parse.events import (
     ANOMALY,
     CONTENT,
     EXTRA_TOOL_CALL,
+    GUIDED_TOKEN,
     INVALID_ARGUMENTS,
     MARKUP,
     REASONING,
@@ -40,7 +45,7 @@ from engine.parse.events import (
 from inspector.tracks import Track
 from widgets.channel_view import anomaly_format
 from widgets.text_pane import TextPane
-from widgets.theme import MUTED, TEXT, formats
+from widgets.theme import GUIDED, GUIDED_FG, GUIDED_SHADES, GUIDED_TIP, MUTED, TEXT, formats
 from widgets.track_follower import TrackFollower
 
 _KIND_STATE = {REASONING: "reasoning", CONTENT: "content", MARKUP: "markup"}
@@ -88,6 +93,24 @@ def _flag(kind: str, detail: str = "") -> QTextCharFormat:
     return f
 
 
+def guard_tip(drew: str, took: str) -> str:
+    """What a guided token's tooltip says: the model's own draw, the token taken."""
+    return (f"guard: model drew {json.dumps(drew, ensure_ascii=False)}, "
+            f"took {json.dumps(took, ensure_ascii=False)}\n{GUIDED_TIP}")
+
+
+def _guided_mark(drew: str, took: str) -> QTextCharFormat:
+    """Merged onto a guided token's text in the raw view: its state colour stays, the guard's
+    background and underline are added (one per token: its tooltip is its own)."""
+    f = QTextCharFormat()
+    f.setBackground(QColor(GUIDED_SHADES[0]))
+    f.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
+    f.setUnderlineColor(QColor(GUIDED_FG))
+    f.setToolTip(guard_tip(drew, took))
+    f.setProperty(GUIDED, True)
+    return f
+
+
 def _u16(text: str) -> int:
     """Length in Qt document positions (UTF-16 units: a character past U+FFFF counts two)."""
     return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
@@ -129,6 +152,9 @@ class RawView(TrackFollower, QWidget):
         self._flag_next: QTextCharFormat | None = None
         self._flag_index: int | None = None  # the call the pending flag belongs to
         self._call_from = -1  # raw offset where the current run of call events began
+        self._drawn = 0  # raw offset up to which decided text is drawn
+        self._tok_i = self._tok_end = 0  # tokens walked so far, and where the last one ends
+        self._guided: list[tuple[int, int, str, str]] = []  # (a, b, drew, took) to mark
 
     def _reset(self) -> None:
         self._reset_state()
@@ -145,16 +171,42 @@ class RawView(TrackFollower, QWidget):
             raw = track.raw
             tags = call_tags(track.dialect)
             for ev in merge(new):
+                if ev.kind == GUIDED_TOKEN:
+                    self._note_guided(track, ev.span[1])
+                    continue
                 self._draw(ev, raw, tags)
+                self._drawn = max(self._drawn, ev.span[1])
+            if self._guided:
+                self._mark_guided(raw)
             held = track.held
             if held:
                 pane.set_tail(held, formats().held(track.state or "reasoning"))
         finally:
             pane.end_batch()
         self.strip.sync()
-        n = len(track.tokens)
-        self.label.setText(f"Tokens: {n}" + ("  (released)" if track.released else
-                                             "  · hover a token for its id, time, top-k"))
+        self.label.setText(self.strip.summary(track))
+
+    def _note_guided(self, track: Track, end: int) -> None:
+        """The token that ends at raw offset `end` was chosen by the guard: remember its span
+        (found by walking the tokens once, in order, as their events come)."""
+        toks = track.tokens
+        while self._tok_i < len(toks) and self._tok_end < end:
+            self._tok_end += len(toks[self._tok_i].text)
+            self._tok_i += 1
+        tok = toks[self._tok_i - 1] if self._tok_i else None
+        if tok is not None and tok.guided is not None and self._tok_end == end:
+            self._guided.append((end - len(tok.text), end, tok.guided, tok.text))
+
+    def _mark_guided(self, raw: str) -> None:
+        """Mark the guided tokens whose text is drawn; the others wait (held back)."""
+        waiting = []
+        for a, b, drew, took in self._guided:
+            if b > self._drawn:
+                waiting.append((a, b, drew, took))
+                continue
+            start = _u16(raw[:a])
+            self.raw.merge_format(start, start + _u16(raw[a:b]), _guided_mark(drew, took))
+        self._guided = waiting
 
     def show_span(self, span: tuple[int, int]) -> None:
         """Select the raw output's `span` (character offsets, as events give them) and scroll
@@ -233,6 +285,7 @@ class TokenStrip(TrackFollower, TextPane):
         self.track = None
         self._n = 0
         self._ends: list[int] = []
+        self.guided = 0  # tokens drawn so far that the call guard chose
 
     def set_show_ids(self, on: bool) -> None:
         self.show_ids = on
@@ -240,7 +293,7 @@ class TokenStrip(TrackFollower, TextPane):
 
     def _reset(self) -> None:
         self.clear_all()
-        self._n, self._ends = 0, []
+        self._n, self._ends, self.guided = 0, [], 0
 
     def _draw_new(self, track: Track) -> None:
         toks = track.tokens
@@ -252,6 +305,7 @@ class TokenStrip(TrackFollower, TextPane):
                 tok = toks[i]
                 self.append(self._display(tok), self._format(i, tok))
                 self._ends.append(self.end())
+                self.guided += tok.guided is not None
             self._n = len(toks)
         finally:
             self.end_batch()
@@ -263,7 +317,17 @@ class TokenStrip(TrackFollower, TextPane):
             return "∅"
         return tok.text.replace("\n", "⏎\n").replace("\t", "→")
 
+    def summary(self, track: Track) -> str:
+        """The strip's heading: the token count, and how many the call guard chose (of those
+        drawn: counted as they are, not rescanned per frame)."""
+        n, guided = len(track.tokens), self.guided
+        text = f"Tokens: {n}" + (f" · {guided} chosen by the call guard" if guided else "")
+        return text + ("  (released)" if track.released else
+                       "  · hover a token for its id, time, top-k")
+
     def _format(self, i: int, tok):
+        if tok.guided is not None:
+            return formats().guided(bool(i % 2))
         shades = _SHADES
         p = self.probability(tok)
         if p is not None:
@@ -293,6 +357,8 @@ class TokenStrip(TrackFollower, TextPane):
         t0 = track.submitted
         lines = [f"token {i} · id {tok.id} · +{(tok.t - t0) * 1000:.0f} ms",
                  json.dumps(tok.text, ensure_ascii=False)]
+        if tok.guided is not None:
+            lines.append(guard_tip(tok.guided, tok.text))
         p = self.probability(tok)
         if p is not None:
             lines.append(f"p = {p:.1%}")

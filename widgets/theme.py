@@ -28,6 +28,7 @@ from engine.parse.events import (
 STATE = QTextFormat.Property.UserProperty + 1  # "reasoning" | "content" | "call" | "markup" ...
 HELD = QTextFormat.Property.UserProperty + 2  # True on the held-back tail
 ANOMALY = QTextFormat.Property.UserProperty + 3  # the anomaly kind of a marker
+GUIDED = QTextFormat.Property.UserProperty + 4  # a token the call guard chose: the model's own
 
 BACKGROUND = "#1b1e24"
 PANEL = "#22262e"
@@ -43,6 +44,12 @@ COLOURS = {
 }
 ANOMALY_BG = "#4a2026"
 HELD_BG = "#2f3440"
+# Tokens the call guard chose (issue 22): cyan on teal, apart from the red-to-green probability
+# shades and the anomaly red, since a guided token is neither a probability nor a fault.
+GUIDED_FG = "#7fe8f2"
+GUIDED_SHADES = ("#0f5560", "#146673")
+GUIDED_TIP = ("The call guard chose this token: the call's grammar refused the model's own "
+              "draw (engine/backends/llama/guard.py).")
 
 ANOMALY_LABELS = {
     IMPLICIT_REASONING_END: "implicit end",
@@ -170,6 +177,22 @@ class Formats:
             f.setUnderlineColor(QColor(COLOURS["anomaly"]))
             f.setToolTip(ANOMALY_TIPS.get(kind, kind))
             f.setProperty(ANOMALY, kind)
+            self._cache[key] = f
+        return f
+
+    def guided(self, odd: bool = False) -> QTextCharFormat:
+        """A token the call guard chose, in the token strip: its own colours, underlined,
+        `GUIDED` set (the strip's tooltip says what the model drew)."""
+        key = ("guided", odd)
+        f = self._cache.get(key)
+        if f is None:
+            f = QTextCharFormat()
+            f.setForeground(QColor(GUIDED_FG))
+            f.setBackground(QColor(GUIDED_SHADES[odd]))
+            f.setFontWeight(QFont.Weight.Bold)
+            f.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
+            f.setUnderlineColor(QColor(GUIDED_FG))
+            f.setProperty(GUIDED, True)
             self._cache[key] = f
         return f
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from pydantic import StrictBool
 
 from app.api import runs
 from app.api import tool_choice as choices
@@ -87,6 +88,7 @@ class MessagesBody(Lenient):
     tools: list[ToolIn] | None = None
     tool_choice: dict | None = None
     thinking: ThinkingIn | None = None
+    guard_calls: StrictBool | None = None  # Prism's: false leaves calls unguarded
 
 
 def convert_messages(body: MessagesBody) -> tuple[Message, ...]:
@@ -160,6 +162,7 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
         tool_choice=choice.mode,
         tool_name=choice.name,
         parallel_calls=choice.parallel_calls,
+        guard_calls=body.guard_calls,
         api="anthropic",
         model=body.model,
     )

@@ -8,8 +8,10 @@ exceptions into:
     OpenAI and Responses:  {"error": {"message", "type", "param", "code"}}
     Anthropic (/v1/messages...):  {"type": "error", "error": {"type", "message"}}
 
-Errors raised after a stream began cannot change the status code any more; the stream modules
-send them as a final error event built with `openai_error_body` / `anthropic_error_body`.
+A stream begins at its run's first token (app/api/sse.py), so a run that fails before one is
+answered here too, with the status `runs.run_error` gives it. Errors raised after a stream
+began cannot change the status code any more; the stream modules send them as a final error
+event built with `openai_error_body` / `anthropic_error_body`.
 Runs on the asyncio loop's thread.
 """
 

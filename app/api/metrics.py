@@ -8,7 +8,8 @@ in one process, as in the tests, never share or clash). The exporter has two hal
   thread-safe histograms): time to first token, inter-token latency, request latency;
 - a collector that reads `Metrics.snapshot()` at scrape time for every counter and gauge
   (requests by finish reason, prompt / cached / output tokens, prompt tokens by source (slot,
-  disk, computed), anomalies by kind, implicit ends,
+  disk, computed), anomalies by kind, implicit ends, guided tokens (those the call guard chose
+  instead of the model's own draw: a fact about the run, so not among the anomalies),
   running and waiting requests, live tokens/s, a model info series naming the model file, its
   quant, family, template hash and engine, as `prism stats` groups recordings). Taking the
   counters from the same totals the JSON shows means the two views always agree.
@@ -106,6 +107,19 @@ class _SnapshotCollector:
             "Tool calls written inside the thinking that ended it implicitly.", labels=["model"])
         implicit.add_metric([model], totals["implicit_reasoning_ends"])
         yield implicit
+        for key, help_text in (
+                ("draft_tokens", "Speculative draft tokens verified (--speculate ngram)."),
+                ("accepted_tokens", "Of the draft tokens, those kept: output tokens that "
+                                    "needed no decode step of their own.")):
+            fam = CounterMetricFamily(f"prism_{key}", help_text, labels=["model"])
+            fam.add_metric([model], totals[key])
+            yield fam
+        guided = CounterMetricFamily(
+            "prism_guided_tokens",
+            "Tokens the call guard chose where the call's grammar refused the model's own draw "
+            "(engine/backends/llama/guard.py).", labels=["model"])
+        guided.add_metric([model], totals["guided_tokens"])
+        yield guided
         waiting = live["queue_depth"]
         for name, help_text, value in (
             ("prism_requests_running", "Requests started and not finished, less the waiting.",

@@ -103,6 +103,7 @@ class ChatBody(Lenient):
     tools: list[ToolIn] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: StrictBool | None = None  # false: one call per reply
+    guard_calls: StrictBool | None = None  # Prism's: false leaves calls unguarded
     chat_template_kwargs: dict | None = None
     reasoning_effort: str | None = None
     enable_thinking: bool | None = None
@@ -183,6 +184,7 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
         tool_choice=choice.mode,
         tool_name=choice.name,
         parallel_calls=body.parallel_tool_calls is not False,
+        guard_calls=body.guard_calls,
         api="openai",
         model=body.model,
     )

@@ -107,6 +107,7 @@ class ResponsesBody(Lenient):
     tools: list[ToolIn] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: StrictBool | None = None  # false: one call per reply; echoed
+    guard_calls: StrictBool | None = None  # Prism's: false leaves calls unguarded
     text: TextIn | None = None
     reasoning: ReasoningIn | None = None
     previous_response_id: str | None = None
@@ -205,6 +206,7 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
         tool_choice=choice.mode,
         tool_name=choice.name,
         parallel_calls=body.parallel_tool_calls is not False,
+        guard_calls=body.guard_calls,
         api="responses",
         model=body.model,
     ), schema

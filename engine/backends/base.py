@@ -46,6 +46,13 @@ class Timings:
     output_tokens: int = 0
     slot: int = -1  # the engine's parallel sequence that served it (-1: none, or no slots)
     disk_tokens: int = 0  # of cached_tokens, those loaded from the disk cache (issue 20)
+    draft_tokens: int = 0  # speculation: draft tokens verified (issue 23)
+    accepted_tokens: int = 0  # of those, kept (output tokens that cost no step of their own)
+
+    @property
+    def acceptance(self) -> float:
+        """The share of draft tokens kept (0 without speculation)."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
     @property
     def slot_tokens(self) -> int:

@@ -18,8 +18,11 @@ What is counted, per reply:
   stats --requests`, a click in the window). The one-chunk parse gives the same events as the
   token-by-token one, only merged, so both say the same for a recording of this version;
 - its time to first token and tokens/s from the recorded timings (from the token times where
-  the timings are empty).
-A group's anomaly rates are occurrences per 1,000 replies; its TTFT and tokens/s are medians.
+  the timings are empty);
+- its guided tokens: the tokens the call guard chose instead of the model's own draw (issue 22;
+  their recorded `guided` marks). Not an anomaly: a fact about the run, counted apart.
+A group's anomaly rates are occurrences per 1,000 replies, its guided tokens a sum and a rate
+per 1,000 replies; its TTFT and tokens/s are medians.
 
 Grouping keys come from the header's `model_info` (engine/record/model_info.py) and the
 request's own family; a recording written before the header held them says "unknown".
@@ -77,6 +80,7 @@ class Reply:
     kind: str
     ttft_ms: float | None = None
     tokens_per_s: float | None = None
+    guided: int = 0  # tokens the call guard chose (not an anomaly)
     _verdict: Verdict | None = field(default=None, repr=False, compare=False)
     _late: Callable[[], Verdict] | None = field(default=None, repr=False, compare=False)
 
@@ -101,9 +105,14 @@ class Row:
     ttft_ms: float | None  # median
     tokens_per_s: float | None  # median
     ids: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # (source, id) per reply
+    guided: int = 0  # tokens the call guard chose, summed
 
     def per_1000(self, kind: str) -> float:
         return 1000.0 * self.anomalies.get(kind, 0) / self.replies if self.replies else 0.0
+
+    @property
+    def guided_per_1000(self) -> float:
+        return 1000.0 * self.guided / self.replies if self.replies else 0.0
 
     def to_dict(self) -> dict:
         return {
@@ -111,7 +120,8 @@ class Row:
             "finish_reasons": dict(self.finishes), "anomalies": dict(self.anomalies),
             "per_1000": {k: round(self.per_1000(k), 3) for k in self.anomalies},
             "verdicts": dict(self.verdicts), "ttft_ms_median": self.ttft_ms,
-            "tokens_per_s_median": self.tokens_per_s,
+            "tokens_per_s_median": self.tokens_per_s, "guided_tokens": self.guided,
+            "guided_tokens_per_1000": round(self.guided_per_1000, 3),
         }
 
 
@@ -197,7 +207,7 @@ def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
     ttft, rate = _figures(req)
     return Reply(source, req.id, keys, finish, calls, anomalies,
                  verdict.kind if verdict is not None else str(kind), ttft, rate,
-                 _verdict=verdict, _late=judge)
+                 req.guided_tokens, _verdict=verdict, _late=judge)
 
 
 def replies_of(session: Session, source: str = "") -> list[Reply]:
@@ -255,6 +265,7 @@ def ledger(replies: Sequence[Reply], by: Sequence[str] = KEYS) -> list[Row]:
             ttft_ms=_median([r.ttft_ms for r in rs if r.ttft_ms is not None]),
             tokens_per_s=_median([r.tokens_per_s for r in rs if r.tokens_per_s is not None]),
             ids=tuple((r.source, r.id) for r in rs),
+            guided=sum(r.guided for r in rs),
         ))
     return rows
 
@@ -277,7 +288,8 @@ def _num(v: float | None, digits: int = 1) -> str:
 def table(rows: Sequence[Row]) -> list[tuple[str, list[str]]]:
     """The ledger as (figure, one cell per row) lines, the layout `prism stats` prints and the
     window shows: the group's keys, replies and calls, each finish reason, each anomaly kind
-    per 1,000 replies, each verdict, the medians. Every row lists the same kinds."""
+    per 1,000 replies, the guided tokens (sum and per 1,000 replies), each verdict, the
+    medians. Every row lists the same kinds."""
     if not rows:
         return []
     keys = list(rows[0].group)
@@ -290,6 +302,10 @@ def table(rows: Sequence[Row]) -> list[tuple[str, list[str]]]:
     lines += [(f"finish: {f}", [str(r.finishes.get(f, 0)) for r in rows]) for f in finishes]
     lines += [(f"{KIND_LABELS.get(k, k)} /1000", [_num(r.per_1000(k)) for r in rows])
               for k in rows[0].anomalies]
+    # The guard's work, below the anomalies and apart from them: what Prism made the model
+    # write, not what the model got wrong.
+    lines += [("guided tokens", [str(r.guided) for r in rows]),
+              ("guided tokens /1000", [_num(r.guided_per_1000) for r in rows])]
     lines += [(f"verdict: {VERDICT_LABELS[k]}", [str(r.verdicts.get(k, 0)) for r in rows])
               for k in verdict_kinds]
     lines += [("TTFT ms (median)", [_num(r.ttft_ms, 0) for r in rows]),

@@ -17,7 +17,8 @@ Format, version 1 (one JSON object per line):
     {"format": "prism-session", "version": 1, "created": iso8601, "model": str, "pack": str}
     {"type": "request", "id", "t", "request": {...}, "prompt", "start_state", "api",
      "dialect", "stream_tools", "tools": [...], "reading": {...}}
-    {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]]}
+    {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]],
+     ["guided": text]}
     {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"],
      ["stop_sequence"], ["status"], ["prefix"], ["refused"]}
 
@@ -39,6 +40,11 @@ older files, which recorded no refused request at all).
 A recording made by `prism rerun` (app/rerun.py) names the recording it re-ran in its header,
 `"rerun_of": path`, and each re-run request's original with a `counterpart` record right after
 its request record (a record type of its own, so readers that predate it skip it).
+
+A token's `guided` (issue 22; absent in older files and on every token the model wrote itself,
+which keeps files small) is the text of the token the model drew where the call guard
+(engine/backends/llama/guard.py) made it take this one instead: playback shows it, the ledger
+counts it.
 
 A request's `reading` is how its output is read (engine/parse/reading.py, `Reading.to_dict`):
 the parser's settings and the request's policy (one call per reply, calls as text). Files
@@ -98,12 +104,14 @@ class RecordingError(ValueError):
 @dataclass(frozen=True, slots=True)
 class OutputSummary:
     """A request's output read without its tokens (`read_session(tokens=False)`, for the
-    ledger): the text as streamed, how many tokens wrote it, the first and last token's `t`."""
+    ledger): the text as streamed, how many tokens wrote it, the first and last token's `t`,
+    and how many of them the call guard chose (`guided`)."""
 
     text: str = ""
     n: int = 0
     first_t: float = 0.0
     last_t: float = 0.0
+    guided: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +161,13 @@ class RecordedRequest:
         if self.summary is not None:
             return self.summary.text
         return "".join(tok.text for tok in self.tokens)
+
+    @property
+    def guided_tokens(self) -> int:
+        """How many of its tokens the call guard chose rather than the model (issue 22)."""
+        if self.summary is not None:
+            return self.summary.guided
+        return sum(1 for tok in self.tokens if tok.guided is not None)
 
     @property
     def outcome(self) -> tuple[str, str | None]:
@@ -382,6 +397,8 @@ class Recorder:
         }
         if token.top:
             rec["top"] = [[text, round(lp, 5)] for text, lp in token.top]
+        if token.guided is not None:  # only where the guard acted: most tokens have none
+            rec["guided"] = token.guided
         self._write(rec)
 
     def finish(self, id: str, finish: Finish, result: ParseResult | dict | None = None, *,
@@ -457,6 +474,7 @@ class _Builder:
         self.order: list[str] = []
         self.fields: dict[str, dict] = {}
         self.tokens: dict[str, list] = {}
+        self.guided: dict[str, int] = {}  # guided tokens per request, read without Tokens
         self.keep_tokens = keep_tokens
 
     def token_line(self, line: str) -> bool:
@@ -482,11 +500,17 @@ class _Builder:
             toks = self._known(rec)
             top = rec.get("top")  # most tokens have none: no generator for them
             top = tuple((str(a), float(b)) for a, b in top) if top else ()
+            guided = rec.get("guided")  # the call guard's mark (absent: the model's own)
+            guided = None if guided is None else str(guided)
             if self.keep_tokens:
-                toks.append(Token(int(rec["tok"]), str(rec["text"]), float(rec["t"]), top))
+                toks.append(Token(int(rec["tok"]), str(rec["text"]), float(rec["t"]), top,
+                                  guided))
             else:
                 int(rec["tok"])  # the same checks as a Token's, so the same damage is found
                 toks.append((str(rec["text"]), float(rec["t"])))
+                if guided is not None:
+                    rid = str(rec["id"])
+                    self.guided[rid] = self.guided.get(rid, 0) + 1
         elif kind == "request":
             rid = str(rec["id"])
             if rid in self.fields:
@@ -541,16 +565,18 @@ class _Builder:
             reqs = tuple(RecordedRequest(tokens=tuple(self.tokens[rid]), **self.fields[rid])
                          for rid in self.order)
         else:
-            reqs = tuple(RecordedRequest(summary=_summary(self.tokens[rid]), **self.fields[rid])
+            reqs = tuple(RecordedRequest(summary=_summary(self.tokens[rid],
+                                                          self.guided.get(rid, 0)),
+                                         **self.fields[rid])
                          for rid in self.order)
         return Session(header=dict(self.header), requests=reqs)
 
 
-def _summary(pieces: list[tuple[str, float]]) -> OutputSummary:
+def _summary(pieces: list[tuple[str, float]], guided: int = 0) -> OutputSummary:
     if not pieces:
         return OutputSummary()
     return OutputSummary("".join(p[0] for p in pieces), len(pieces), pieces[0][1],
-                         pieces[-1][1])
+                         pieces[-1][1], guided)
 
 
 def read_session(path: Path | str, *, strict: bool = True, tokens: bool = True) -> Session:

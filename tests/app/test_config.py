@@ -42,3 +42,10 @@ def test_the_layout_flag_and_one_sequence(default_model: Path, capsys):
     assert "one KV pool shared by the sequences: --kv-layout unified" in capsys.readouterr().err
     assert context_size(args("--parallel", "1"), pack) == (8192, True)
     assert "parallel sequences" not in capsys.readouterr().err
+
+
+def test_the_speculate_flag():
+    p = argparse.ArgumentParser()
+    add_engine_arguments(p)
+    assert p.parse_args([]).speculate == "off"
+    assert p.parse_args(["--speculate", "ngram"]).speculate == "ngram"

@@ -65,6 +65,8 @@ def test_request_list_follows_server_traffic(qloop, qtbot, replay_service):
     window, log = inspector.window, inspector.window.log
     qtbot.addWidget(window)  # deleted at teardown, not whenever the collector gets to it
     window.show()
+    # A replay runs no call guard: Compose's switch says so rather than pretend.
+    assert not window.compose.guard.isEnabled() and not window.compose.guard.isChecked()
     body = {"model": "anything", "messages": [{"role": "user", "content": "hi"}]}
 
     async def scenario() -> None:

@@ -64,6 +64,21 @@ def test_prompt_tokens_by_source_add_up() -> None:
     assert (a["id"], a["cached_tokens"], a["disk_tokens"]) == ("a", 80, 30)
 
 
+def test_speculation_is_counted_per_request_and_in_totals() -> None:
+    """Issue 23: draft tokens verified and kept, per request and summed."""
+    m = Metrics()
+    for rid, t in (("a", Timings(output_tokens=100, draft_tokens=60, accepted_tokens=45)),
+                   ("b", Timings(output_tokens=10))):
+        m.request_started(rid, "openai", "smol", 5, t=1.0)
+        m.request_finished(rid, "stop", t, t=2.0)
+    snap = m.snapshot(t=3.0)
+    assert (snap["totals"]["draft_tokens"], snap["totals"]["accepted_tokens"]) == (60, 45)
+    a = next(r for r in snap["requests"] if r["id"] == "a")
+    assert (a["draft_tokens"], a["accepted_tokens"]) == (60, 45)
+    assert Timings(draft_tokens=60, accepted_tokens=45).acceptance == 0.75
+    assert Timings().acceptance == 0.0
+
+
 def test_request_log_is_bounded() -> None:
     m = Metrics(max_requests=3)
     for i in range(5):

@@ -88,3 +88,53 @@ def test_compose_runs_a_real_request_on_the_default_model(qtbot, default_model):
         feed.close()
     finally:
         engine.close()
+
+
+def test_guard_calls_is_on_by_default_and_follows_the_switch(qtbot, answering):
+    win, feed = live_window(qtbot, answering)
+    box = win.compose
+    assert box.guard.isChecked() and box.guard.isEnabled()
+    assert box.request().guard_calls is True  # stated, not left to the server's default
+    box.guard.setChecked(False)
+    assert box.request().guard_calls is False
+    feed.close()
+
+
+@pytest.mark.parametrize("start,checked,enabled", [(False, False, True), (None, False, False)])
+def test_the_switch_starts_as_the_app_says(qtbot, answering, start, checked, enabled):
+    from inspector.playback import Playback
+    from widgets.main_window import MainWindow
+
+    store = TrackStore()
+    # False: --no-guard-calls; None: an engine that runs no guard (a replay, an upstream).
+    win = MainWindow(store, Playback(store), [], submit=answering.submit, guard_calls=start)
+    qtbot.addWidget(win)
+    box = win.compose
+    assert (box.guard.isChecked(), box.guard.isEnabled()) == (checked, enabled)
+    assert box.request().guard_calls is False
+    assert ("runs no call guard" in box.guard.toolTip()) == (start is None)
+
+
+@pytest.mark.model
+def test_the_switch_reaches_the_real_engines_job(qtbot, default_model):
+    from engine.backends.llama.engine import LlamaEngine
+    from widgets.compose_box import EXAMPLE_TOOLS
+
+    engine = LlamaEngine(default_model, n_ctx=1024)
+    try:
+        service = Service(engine, load_pack("smollm2"), metrics=Metrics(engine))
+        win, feed = live_window(qtbot, service)
+        box = win.compose
+        box.tools.setPlainText(EXAMPLE_TOOLS)
+        box.max_tokens.setValue(2)
+        guarded = box.send()
+        assert guarded is not None, box.status.text()
+        assert guarded.job.guard is not None  # the llama engine guards calls under "auto"
+        guarded.wait(120)
+        box.guard.setChecked(False)
+        free = box.send()
+        assert free is not None and free.job.guard is None
+        free.wait(120)
+        feed.close()
+    finally:
+        engine.close()

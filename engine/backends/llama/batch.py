@@ -51,6 +51,7 @@ from engine.backends.llama.slots import (
     pick_slot,
     top_logprobs,
 )
+from engine.backends.llama.speculate import Drafter, SpeculativeSteps
 from engine.backends.llama.vocab import Vocab, piece
 from engine.backends.queued import StopGate
 
@@ -63,7 +64,7 @@ PREFILL_CHUNK = 256
 SHARE_MIN = 64  # tokens of prefix worth copying another slot's split cache for (_borrow)
 
 
-class Batcher:
+class Batcher(SpeculativeSteps):
     """See the module docstring. `finish(job, Finish)` is called once per admitted job."""
 
     def __init__(
@@ -80,6 +81,7 @@ class Batcher:
         kv_unified: bool = True,
         verbose: bool = False,
         disk: DiskCache | None = None,
+        speculate: bool = False,
     ) -> None:
         import llama_cpp as C
         from llama_cpp import _internals
@@ -120,6 +122,7 @@ class Batcher:
         self._order: list[Active] = []  # active jobs, in admission order
         self._abort = PrefillAbort(self.ctx)  # for prefill-only steps (module docstring)
         self.disk = disk  # engine/backends/llama/disk_cache.py; None: --no-disk-cache
+        self.speculate = speculate  # draftless n-gram drafts (speculate.py): --speculate ngram
         self._reuse = DiskReuse(disk, self.ctx, self._mem) if disk is not None else None
         bos = vocab.bos if vocab.add_bos and vocab.bos >= 0 else None
         self._bos_text = piece(self._vocab_ptr, bos, True).decode("utf-8", "replace") if (
@@ -218,6 +221,8 @@ class Batcher:
             limit = min(limit, job.max_tokens)
         a = Active(job, slot, prompt, sampler, StopGate(job.stop), limit, start, queue_ms, keep,
                    disk=disk, prefix=prefix)
+        if self.speculate:
+            a.drafter = Drafter(prompt)
         if job.guard is not None:  # the service gives none where a forced grammar binds the job
             a.guard = CallGuard(job.guard, self._vocab_ptr, self.n_vocab, self._eog)
         slot.active = a
@@ -269,6 +274,7 @@ class Batcher:
         for a in generating:
             self._put(n, a.pending, len(a.slot.kv), a.slot.seq, True)
             a.row, n = n, n + 1
+            n = self._put_drafts(a, n)  # speculate.py: its draft's rows right after it
         chunks: list[tuple[Active, list[int]]] = []
         # Beside generating rows the step's prompt tokens, all prefills' together, are as many
         # as keep those rows' pace (none on some steps: chunks.py).
@@ -308,10 +314,15 @@ class Batcher:
             a.pending = None
         for a, chunk in chunks:
             a.slot.kv.extend(chunk)
-        for a in generating + [a for a, _ in chunks if a.row >= 0]:
+        for a in generating:
+            try:
+                self._verify(a, t)  # speculate.py: one row, or its draft's rows in turn
+            except Exception as e:  # a consumer's callback: that job ends, the others go on
+                self._end(a, "error", f"{type(e).__name__}: {e}")
+        for a in [a for a, _ in chunks if a.row >= 0]:
             try:
                 self._sampled(a, t)
-            except Exception as e:  # a consumer's callback: that job ends, the others go on
+            except Exception as e:
                 self._end(a, "error", f"{type(e).__name__}: {e}")
         # Timed to the last sample: a GPU's decode returns before its work is done.
         self.sizer.observe(len(generating), n - len(generating), now() - t0)
@@ -324,7 +335,8 @@ class Batcher:
         b.seq_id[i][0] = seq
         b.logits[i] = logits
 
-    def _sampled(self, a: Active, t: float) -> None:
+    def _sampled(self, a: Active, t: float) -> bool:
+        """Sample `a`'s token at its row: True when the job goes on (`a.pending` is it)."""
         import llama_cpp as C
 
         if not a.t_prompt:
@@ -339,7 +351,7 @@ class Batcher:
         a.t_first = a.t_first or t_tok
         if C.llama_vocab_is_eog(self._vocab_ptr, tok):
             self._end(a, "stop")
-            return
+            return False
         a.n_out += 1
         k = a.job.top_logprobs
         top = top_logprobs(self.ctx, self._vocab_ptr, self.n_vocab, a.row, k) if k > 0 else ()
@@ -359,6 +371,10 @@ class Batcher:
             self._end(a, "length")
         else:
             a.pending = tok
+            if a.drafter is not None:
+                a.drafter.extend((tok,))
+            return True
+        return False
 
     def _make_room(self, generating: list[Active]) -> list[Active]:
         """Cells for one more token per generating sequence; see the module docstring."""
@@ -413,6 +429,10 @@ class Batcher:
         a.slot.active = None
         a.slot.used_at = now()
         a.sampler.close()
+        if a.draft:  # ended inside a draft's verification: its cells past the kept tokens go
+            import llama_cpp as C  # before anyone (a save, the caller's callback) sees the slot
+
+            C.llama_memory_seq_rm(self._mem, a.slot.seq, len(a.slot.kv), -1)
         if a.guard is not None:
             a.guard.close()
         # A cancelled prefill is saved too: a client that gave up after minutes of it (Open
@@ -441,6 +461,8 @@ class Batcher:
             output_tokens=a.n_out,
             slot=a.slot.seq,
             disk_tokens=a.disk,
+            draft_tokens=a.drafted,
+            accepted_tokens=a.kept,
         )
         self._finish(a.job, Finish(reason, timings, error, a.gate.hit, prefix=a.prefix))
 

@@ -21,7 +21,8 @@ What a chunk costs depends on the machine, so it is measured, not fixed:
   chunk) and spends what it took. A step that went over (a token dearer than the line says: a
   loaded machine, where llama.cpp's batch threads wait on each other) is paid back by steps
   without a chunk, so over any stretch the generating rows keep 1/FAIR_STEP of their lone pace,
-  whatever a chunk costs. The budget saves at most one chunk's worth, so a prefill that starts
+  whatever a chunk costs. When even `MIN_CHUNK` tokens cost more than one step's allowance the
+  steps between chunks save up for one; beyond that nothing is saved, so a prefill that starts
   after a long generation does not take many steps' time in one.
 
 The first step with generating rows carries no chunk, to time t_gen, and until two step sizes
@@ -66,8 +67,12 @@ class ChunkSizer:
             self.t_gen = seconds if self.t_gen is None else (
                 self.t_gen + GEN_EMA * (seconds - self.t_gen))
         if self.t_gen is not None:
+            # Saved: one step's allowance, or what the smallest chunk costs if that is more
+            # (a token dearer than a step's allowance: then chunks come every few steps).
+            fit = self.line()
+            smallest = fit[1] * self.min_chunk if fit is not None else 0.0
             self.budget = min(self.budget + self.fair * self.t_gen - seconds,
-                              (self.fair - 1.0) * self.t_gen)
+                              max((self.fair - 1.0) * self.t_gen, smallest))
 
     def line(self) -> tuple[float, float] | None:
         """(a, b) of t(n) = a + b·n, or None while the steps timed are all of one size."""
@@ -88,5 +93,8 @@ class ChunkSizer:
             return self.min_chunk
         if fit[1] <= 0.0:  # a token costs nothing measurable (a GPU)
             return self.max_chunk
-        k = (self.budget + (self.fair - 1.0) * self.t_gen) / fit[1]
-        return max(self.min_chunk, min(self.max_chunk, int(k)))
+        # What this step may spend: the budget saved and its own allowance.
+        k = int((self.budget + (self.fair - 1.0) * self.t_gen) / fit[1])
+        if k < self.min_chunk:
+            return 0  # save up for the smallest chunk over the next steps
+        return min(self.max_chunk, k)

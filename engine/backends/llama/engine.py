@@ -72,6 +72,7 @@ class LlamaEngine(QueuedEngine):
         verbose: bool = False,
         cache_dir: Path | str | None = None,
         cache_size: int | None = None,
+        speculate: bool = False,
     ):
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
@@ -93,6 +94,8 @@ class LlamaEngine(QueuedEngine):
                          "n_threads": n_threads, "kv_unified": kv_unified, "verbose": verbose}
         if prefill_chunk:
             self._options["prefill_chunk"] = prefill_chunk
+        if speculate:  # draftless n-gram speculation (engine/backends/llama/speculate.py)
+            self._options["speculate"] = True
         # The disk prompt cache (engine/backends/llama/disk_cache.py); None: off.
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.cache_size = cache_size

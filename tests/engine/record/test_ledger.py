@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.base import Finish, Timings
+from engine.backends.base import Finish, Timings, Token
 from engine.chat.packs import load_pack, resolve_pack
 from engine.chat.request import ChatRequest, Message, Sampling
 from engine.metrics import Metrics
@@ -158,6 +158,25 @@ def test_a_kind_a_newer_prism_records_is_listed_too(tmp_path):
     (row,) = ledger(replies)
     assert row.anomalies["guided_token"] == 2 and row.per_1000("guided_token") == 2000.0
     assert any(label.startswith("guided_token") for label, _ in table([row]))
+
+
+def test_guided_tokens_are_summed_and_rated_apart_from_the_anomalies(tmp_path):
+    path = tmp_path / "guarded.jsonl"
+    with Recorder(path, model="m", pack="smollm2") as rec:
+        for rid, marks in (("r0", ("mi", None, "les", "x")), ("r1", (None, None))):
+            rec.request(rid, {"messages": []}, "")
+            for i, mark in enumerate(marks):
+                rec.token(rid, i, Token(i, "ab", 0.1 * i, guided=mark))
+            rec.finish(rid, Finish("stop", Timings(output_tokens=len(marks))))
+    replies = read_replies([path])
+    assert [r.guided for r in replies] == [3, 0]
+    (row,) = ledger(replies)
+    assert row.guided == 3 and row.guided_per_1000 == 1500.0
+    assert "guided_token" not in row.anomalies  # a fact about the run, not the model's fault
+    assert row.to_dict()["guided_tokens"] == 3
+    assert row.to_dict()["guided_tokens_per_1000"] == 1500.0
+    lines = dict(table([row]))
+    assert lines["guided tokens"] == ["3"] and lines["guided tokens /1000"] == ["1500.0"]
 
 
 def test_grouping_by_each_key(tmp_path, default_model):

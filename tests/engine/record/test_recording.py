@@ -445,3 +445,32 @@ def test_a_token_record_that_does_not_fit_is_still_damage(tmp_path: Path, tokens
     with pytest.raises(RecordingError) as err:
         read_session(path, tokens=tokens)
     assert err.value.line == 4
+
+
+def test_a_guided_token_keeps_the_models_own_draw_and_others_stay_small(tmp_path: Path) -> None:
+    path = tmp_path / "guided.jsonl"
+    with Recorder(path, model="m") as rec:
+        rec.request("r", {"messages": []}, "", t0=100.0)
+        rec.token("r", 0, Token(1, '"units": "', 100.1))
+        rec.token("r", 1, Token(2, "c", 100.2, guided="mi"))  # the grammar refused "mi"
+        rec.token("r", 2, Token(3, "", 100.3, guided=""))  # an empty draw is still a mark
+        rec.finish("r", Finish("stop", TIMINGS))
+    lines = [r for r in _token_lines(path) if r["type"] == "token"]
+    assert ["guided" in r for r in lines] == [False, True, True]  # only where the guard acted
+    (r,) = read_session(path).requests
+    assert [t.guided for t in r.tokens] == [None, "mi", ""]
+    assert r.guided_tokens == 2
+    (light,) = read_session(path, tokens=False).requests
+    assert light.tokens == () and light.summary.guided == 2 and light.guided_tokens == 2
+    assert light.text == r.text
+
+
+def test_a_recording_from_before_the_guard_reads_without_marks(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    with Recorder(path, model="m") as rec:
+        _write_one(rec)
+    text = path.read_text(encoding="utf-8")
+    assert '"guided"' not in text  # what an older Prism wrote, line for line
+    for tokens in (True, False):
+        (r,) = read_session(path, tokens=tokens).requests
+        assert r.guided_tokens == 0 and all(t.guided is None for t in r.tokens)

@@ -132,7 +132,9 @@ word ::= [a-z] [a-z]? [a-z]? [a-z]? [a-z]?
 def test_bad_grammar_is_an_error_and_the_engine_goes_on(engine: LlamaEngine) -> None:
     bad = run(engine, chatml("hi"), grammar="root ::= (", max_tokens=4)
     assert bad.finish.reason == "error" and "grammar" in (bad.finish.error or "")
+    assert bad.finish.status == 400  # refused at admission: the request's fault, not ours
     good = run(engine, chatml("hi"), max_tokens=3)
+    assert good.finish.status is None
     assert good.finish.reason in ("length", "stop") and good.tokens
 
 
