@@ -49,3 +49,19 @@ def test_the_speculate_flag():
     add_engine_arguments(p)
     assert p.parse_args([]).speculate == "off"
     assert p.parse_args(["--speculate", "ngram"]).speculate == "ngram"
+
+
+def test_no_guard_calls_turns_the_services_default_off(tmp_path: Path):
+    from app import serve as serve_verb
+    from app.config import build_service
+
+    out = tmp_path / "out.txt"
+    out.write_text("Hello.", encoding="utf-8")
+    p = argparse.ArgumentParser()
+    serve_verb.add_arguments(p)
+    for extra, on in (((), True), (("--no-guard-calls",), False)):
+        service = build_service(p.parse_args(["--replay", str(out), "--no-record", *extra]))
+        try:
+            assert service.guard_calls is on  # a request's own guard_calls still wins
+        finally:
+            service.engine.close()
