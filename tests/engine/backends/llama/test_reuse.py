@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from engine.backends.llama.engine import LlamaEngine
+from tests.engine.backends.llama.test_batch import same_or_near_tie
 from tests.engine.backends.llama.test_engine import Collector, chatml
 
 pytestmark = pytest.mark.model
@@ -49,8 +50,9 @@ def make(default_model: Path, tmp_path: Path) -> Callable[..., LlamaEngine]:
         eng.close()
 
 
-def serve(engine: LlamaEngine, *prompts: str, max_tokens: int = 12) -> list[Collector]:
-    cs = [Collector(p, max_tokens=max_tokens) for p in prompts]
+def serve(engine: LlamaEngine, *prompts: str, max_tokens: int = 12,
+          top_logprobs: int = 0) -> list[Collector]:
+    cs = [Collector(p, max_tokens=max_tokens, top_logprobs=top_logprobs) for p in prompts]
     for c in cs:
         engine.submit(c.job)
     for c in cs:
@@ -81,9 +83,9 @@ def test_every_slot_of_four_reuses_a_shared_prefix_from_disk(make, unified):
     serve(first, P)
     first.close()
     reference = make(parallel=1, cache_dir=None)  # no disk cache: what each answers cold
-    expected = [c.text for c in serve(reference, *OTHERS)]
+    expected = serve(reference, *OTHERS, top_logprobs=3)
     again = make(parallel=4, kv_unified=unified, n_ctx=4096)
-    got = serve(again, *OTHERS)
+    got = serve(again, *OTHERS, top_logprobs=3)
     assert sorted(c.finish.timings.slot for c in got) == [0, 1, 2, 3]
     held = [c.finish.prefix.held for c in got]  # what each shares with P: 676 or 677 tokens
     assert min(held) > 300  # the system prompt and the user turn's opening
@@ -95,7 +97,10 @@ def test_every_slot_of_four_reuses_a_shared_prefix_from_disk(make, unified):
         # which holds the prefix the first shares with P (a token short of their own, at most)
         assert disk[0] == cached[0] == held[0]
         assert all(c in (h, cached[0]) for c, h in zip(cached, held, strict=True))
-    assert [c.text for c in got] == expected
+    # Four decoded together against each alone: the same up to the near-tie rule of
+    # tests/engine/backends/llama/test_batch.py (a batch of four sums in another order).
+    for want, c in zip(expected, got, strict=True):
+        same_or_near_tie(want.tokens, c.tokens)  # asserts a difference is a near-tie
 
 
 def test_another_model_never_loads_this_ones_state(make, default_model, tmp_path, caplog):
