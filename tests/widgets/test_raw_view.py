@@ -1,6 +1,6 @@
 """widgets/raw_view.py's token strip and the call guard (issue 22): a token the guard chose is
-drawn in its own colours, its tooltip names the model's own draw and the token taken, and the
-heading counts them; live (the service's run in a real window) and played back from the
+drawn in its own colours, its tooltip names the model's own draw and the token taken, the
+heading counts them (and widgets/channel_view.py's tools pane title); live (the service's run in a real window) and played back from the
 recording of that run alike (engine/record/recording.py keeps the marks, inspector/playback.py
 passes them on).
 
@@ -90,6 +90,8 @@ def test_a_live_guarded_run_shows_which_tokens_the_guard_chose(qtbot, service):
     track = win.log.current
     assert [t.guided for t in track.tokens] == [t.guided for t in run.tokens]
     check_strip(win.raw, track.tokens)
+    n = sum(t.guided is not None for t in track.tokens)
+    assert f"{n} guided token" in win.channels.titles["call"].text()  # the tools pane counts
     win.raw.grab().save("/tmp/guard.png")
     feed.close()
 

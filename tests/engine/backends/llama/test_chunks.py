@@ -62,7 +62,7 @@ def test_on_a_loaded_cpu_chunk_steps_are_paid_back_by_steps_without_one():
     def loaded(n: int) -> float:
         return 0.025 if n == 1 else 1.0 + 0.001 * n
 
-    slower, steps, chunks = run(ChunkSizer(256), loaded, 400)
+    slower, _steps, chunks = run(ChunkSizer(256), loaded, 400)
     assert slower <= FAIR_STEP * 1.05
     assert sum(k == 0 for k in chunks) > 10 * sum(k > 0 for k in chunks)
     assert sum(chunks) == 400  # it progresses still
