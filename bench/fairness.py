@@ -135,43 +135,46 @@ def short_run(eng: LlamaEngine, short: str, n: int) -> float:
     return rate(s.tokens)
 
 
-def long_alone(path: Path, threads: int | None, long: str) -> float:
+def long_alone(path: Path, threads: int | None, long: str) -> tuple[float, float]:
+    """(the long prompt's prefill ms, the process's CPU seconds meanwhile)."""
     eng = engine(path, threads)
     try:
         job = Collector(long, 1)
+        cpu = time.process_time()
         eng.submit(job.job)
-        return job.wait().timings.prompt_ms
+        fin = job.wait()
+        return fin.timings.prompt_ms, time.process_time() - cpu
     finally:
         eng.close()
 
 
 def beside(path: Path, threads: int | None, short: str, n: int, long: str,
-           sizer: ChunkSizer) -> tuple[float, float, float, int, float, float]:
-    """(short's tokens/s alone, the same while the long one is in prefill, long's prefill ms,
-    short's tokens in that time, median chunk beside it, share of those steps with a chunk).
-    The lone run comes first on the same
-    engine, so both see the same load (and the sizer has timed a few steps, as a server has)."""
+           sizer: ChunkSizer) -> dict[str, float]:
+    """The short request alone, then beside the long prompt's prefill, on one engine (so both
+    see the same load, and the sizer has timed a few steps, as a server's has)."""
     watch = Watch(sizer)
     eng = engine(path, threads, watch)
     try:
         alone = short_run(eng, short, n)
-        watch.caps.clear()
         s = Collector(short, n)
         eng.submit(s.job)
         while not s.tokens and not s.done.is_set():
             time.sleep(0.001)
         lo = Collector(long, 1)
+        cpu = time.process_time()
         t_long = time.perf_counter()
         eng.submit(lo.job)
         fin = lo.wait()
+        cpu = time.process_time() - cpu
         s.wait()
         t_end = t_long + fin.timings.queue_ms / 1000 + fin.timings.prompt_ms / 1000
         during = [t for t in s.tokens if t_long <= t.t <= t_end]
         caps = [k for t, k in watch.caps if t_long <= t <= t_end]
         chunks = [k for k in caps if k > 0]
-        return (alone, rate(during), fin.timings.prompt_ms, len(during),
-                statistics.median(chunks) if chunks else float("nan"),
-                len(chunks) / len(caps) if caps else float("nan"))
+        return {"short_alone": alone, "short_beside": rate(during), "tokens": len(during),
+                "prefill_ms": fin.timings.prompt_ms, "prefill_cpu": cpu,
+                "chunk": statistics.median(chunks) if chunks else float("nan"),
+                "steps": len(chunks) / len(caps) if caps else float("nan")}
     finally:
         eng.close()
 
@@ -213,25 +216,29 @@ def main() -> None:
     names = list(runs)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            alone_ms = long_alone(path, args.threads, long)
-            got[name].append((alone_ms, *beside(path, args.threads, short, args.short_tokens,
-                                                long, runs[name]())))
+            alone_ms, alone_cpu = long_alone(path, args.threads, long)
+            row = beside(path, args.threads, short, args.short_tokens, long, runs[name]())
+            got[name].append({**row, "alone_ms": alone_ms, "alone_cpu": alone_cpu})
         print(f"round {r + 1} done (load {load()})", flush=True)
     med = statistics.median
     print(f"{'variant':<12} {'short alone':>11} {'beside':>7} {'slower':>7} {'prefill ms':>10} "
-          f"{'alone ms':>9} {'slower':>7} {'chunk':>6} {'steps':>6} {'tokens':>6}")
+          f"{'alone ms':>9} {'slower':>7} {'cpu':>7} {'chunk':>6} {'steps':>6} {'tokens':>6}")
     for name, rows in got.items():
+        def m(key: str, rows: list[dict] = rows) -> float:
+            return med(row[key] for row in rows)
+
         # Each measurement against its own references, just before it; medians over rounds.
-        short_x = med(row[1] / row[2] for row in rows)
-        long_x = med(row[3] / row[0] - 1 for row in rows)
-        print(f"{name:<12} {med(row[1] for row in rows):>11.1f} {med(row[2] for row in rows):>7.1f}"
-              f" {short_x:>6.2f}x {med(row[3] for row in rows):>10.0f}"
-              f" {med(row[0] for row in rows):>9.0f} {long_x:>+7.1%}"
-              f" {med(row[5] for row in rows):>6.0f} {med(row[6] for row in rows):>6.0%}"
-              f" {med(row[4] for row in rows):>6.0f}")
-    print("slower: the median of each round's ratio; chunk: the median chunk while the long "
-          "prompt was read beside the short request; steps: the share of its steps that "
-          "carried one; tokens: the short request's tokens in that time")
+        short_x = med(row["short_alone"] / row["short_beside"] for row in rows)
+        long_x = med(row["prefill_ms"] / row["alone_ms"] - 1 for row in rows)
+        cpu_x = med(row["prefill_cpu"] / row["alone_cpu"] - 1 for row in rows)
+        print(f"{name:<12} {m('short_alone'):>11.1f} {m('short_beside'):>7.1f} {short_x:>6.2f}x"
+              f" {m('prefill_ms'):>10.0f} {m('alone_ms'):>9.0f} {long_x:>+7.1%} {cpu_x:>+7.1%}"
+              f" {m('chunk'):>6.0f} {m('steps'):>6.0%} {m('tokens'):>6.0f}")
+    print("slower: the median of each round's ratio (prefill: wall time; cpu: the process's CPU "
+          "time while the long prompt was read, what it costs on an idle machine); chunk: the "
+          "median chunk while the long prompt was read beside the short request; steps: the "
+          "share of its steps that carried one; tokens: the short request's tokens in that "
+          "time")
 
 
 def engine_tokens(path: Path, text: str) -> list[int]:

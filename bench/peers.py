@@ -38,8 +38,10 @@ or a tool-call fragment. Workloads, greedy unless said:
           then each round a new question after the same tools (the prefix cached): TTFT and
           decode tokens/s;
   c4, c8  4 (8) concurrent streams, each its own story prompt, 128 tokens each, on servers with
-          4 (8) slots: aggregate decode tokens/s over the span where all are generating (as
-          bench/concurrency.py), and its ratio to one stream on the same server.
+          4 (8) slots: aggregate decode tokens/s, `agg` over the span where all are generating
+          (as bench/concurrency.py; none where the first ends before the last starts, which
+          Prism's fair prefill chunks can cause at 8) and `span` from the first output token
+          of any to the last of any; `x1`, span over one stream on the same server.
 Beside the clock, each request's CPU time in the peer's process (all its threads, from
 /proc: the HTTP server's included) is read: `cpu` (CPU seconds a request) and, for the
 concurrent streams, `per_cpu` (completion tokens per CPU second). On a shared machine another
@@ -466,6 +468,14 @@ def aggregate(replies: list[Reply]) -> float:
     return inside / (hi - lo) if hi > lo else float("nan")
 
 
+def span_rate(replies: list[Reply]) -> float:
+    """All their output tokens over the span from the first output of any to the last of any:
+    what concurrent streams got together, staggered starts and ends included."""
+    first = min((r.stamps[0] for r in replies if r.stamps), default=0.0)
+    last = max((r.stamps[-1] for r in replies if r.stamps), default=0.0)
+    return sum(r.n for r in replies) / (last - first) if last > first else float("nan")
+
+
 def median(xs) -> float:
     xs = [x for x in xs if x == x]  # NaN: a figure a round could not give
     return statistics.median(xs) if xs else float("nan")
@@ -486,7 +496,8 @@ class Table:
         self.notes.setdefault(work, []).append(text)
 
     def print(self, base: str = "server") -> None:
-        units = {"ttft": "ms", "tps": "tok/s", "agg": "tok/s", "total": "s", "x1": "x one",
+        units = {"ttft": "ms", "tps": "tok/s", "agg": "tok/s", "span": "tok/s",
+                 "total": "s", "x1": "x one",
                  "n": "tokens", "prompt": "prompt tok", "cpu": "CPU s",
                  "per_cpu": "tok/CPU s"}
         for work, peers in self.rows.items():
@@ -518,7 +529,7 @@ def paired(table: Table, work: str, results: dict[str, dict[str, float]],
             for k, v in figs.items():
                 if k == "ttft":
                     extra["r_ttft"] = v - ref[k]
-                elif k in ("tps", "agg", "total", "cpu", "per_cpu"):
+                elif k in ("tps", "agg", "span", "total", "cpu", "per_cpu"):
                     extra["r_" + k] = v / ref[k] if ref[k] else float("nan")
         table.add(work, peer, **figs, **extra)
 
@@ -564,12 +575,14 @@ def run_concurrent(peers: list, table: Table, work: str, c: int, max_tokens: int
             c0 = cpu_seconds(p.proc.pid)
             replies = p.chats(bodies)
             cpu = cpu_seconds(p.proc.pid) - c0
-            agg = aggregate(replies)
-            results[p.name] = {"agg": agg, "x1": agg / single if single else float("nan"),
+            agg, span = aggregate(replies), span_rate(replies)
+            results[p.name] = {"agg": agg, "span": span,
+                               "x1": span / single if single else float("nan"),
                                "per_cpu": sum(r.n for r in replies) / cpu if cpu else float("nan")}
         paired(table, work, {p.name: results[p.name] for p in peers})
         print(f"  {work} round {r}: " + "  ".join(
-            f"{k} {v['agg']:.1f} tok/s ({v['x1']:.2f}x one)" for k, v in results.items()),
+            f"{k} {v['agg']:.1f} / {v['span']:.1f} tok/s ({v['x1']:.2f}x one, "
+            f"{v['per_cpu']:.0f}/CPU s)" for k, v in results.items()),
             flush=True)
 
 

@@ -24,19 +24,22 @@ tools prompt behind a new ~1,000-token message, ends beside it after 16 tokens, 
 sequence (~8,100 tokens) is snapshotted on the engine thread and written by the writer thread
 while the neighbour decodes. The same with an engine without the disk cache, alternating which
 goes first each round; the neighbour's decode tokens/s (its first token to its last) and its
-longest gap between two tokens after the other request ended. Both requests' prompts are in
-their slots already (a warm-up round), so the only difference is the save.
+longest gap between two tokens. Both requests' prompts are in their slots already (a warm-up
+round), so the only difference is the save.
 
 Greedy, `--threads` llama threads (default 1: on the 2-core dev box two threads collapse when
 other processes compete, engine/backends/llama/engine.py), `--parallel 2` split KV caches of
 `--n-ctx` 8192 (the default model's trained context). The cache's own steps are timed by
 wrapping them (`install_probes`): a load's read and digest against its copy into the context,
 a save's snapshot against its write. Rounds are few because a cold prefill of 7,000 tokens
-takes a minute or more here: budget ~10 minutes on a quiet 2-core box for the default run
-(`--part ttft` or `--part neighbour` for one half, `--quick` for fewer rounds).
+takes about three minutes on the 2-core dev box at a load of 5 (one cold round a prompt by
+default; a cold TTFT is a long prefill and varies little beside a target of 10%): the default
+run takes ~17 minutes there, `--quick` (Open WebUI's prompt only, fewer rounds) ~11, and
+`--part ttft` or `--part neighbour` runs one half (the neighbour alone prefills its prompt in
+both engines first).
 
-    python bench/prefix_cache.py [--quick] [--part all|ttft|neighbour] [--cold-rounds 2]
-                                 [--warm-rounds 3] [--disk-rounds 4] [--neighbour-rounds 6]
+    python bench/prefix_cache.py [--quick] [--part all|ttft|neighbour] [--cold-rounds 1]
+                                 [--warm-rounds 3] [--disk-rounds 4] [--neighbour-rounds 4]
                                  [--threads 1] [--n-ctx 8192] [--cache-dir DIR]
 """
 
@@ -299,7 +302,7 @@ def measure_ttft(case: Case, path: Path, args: argparse.Namespace, root: Path,
 @dataclass
 class Neighbour:
     tps: float  # the neighbour's decode tokens/s
-    gap_ms: float  # its longest gap between two tokens after the saved request ended
+    gap_ms: float  # its longest gap between two tokens
     n_tokens: int
     saved: bool
 
@@ -308,12 +311,10 @@ def neighbour_round(eng: LlamaEngine, b: Case, a: Case, folder: Path | None) -> 
     """`b` (long, ends after B_MAX_TOKENS and is saved) with `a` (the neighbour) beside it."""
     before = set(kv_files(folder)) if folder else set()
     b_first, b_done, a_done = threading.Event(), threading.Event(), threading.Event()
-    b_end: list[float] = []
     a_t: list[float] = []
     fins: list[Finish] = []
 
     def b_finish(f: Finish) -> None:
-        b_end.append(time.perf_counter())
         fins.append(f)
         b_done.set()
         b_first.set()  # an error ends it before any token: do not wait for one
@@ -336,8 +337,9 @@ def neighbour_round(eng: LlamaEngine, b: Case, a: Case, folder: Path | None) -> 
     if folder is not None:
         wait_saved(folder, before)  # the next round must not race this save
         saved = True
-    after = [t for t in a_t if t >= b_end[0]]
-    gaps = [y - x for x, y in itertools.pairwise(after)]
+    # Over the whole decode: the snapshot runs in the other request's end, before its
+    # on_finish; the stretch decoded beside it is the same with the cache and without.
+    gaps = [y - x for x, y in itertools.pairwise(a_t)]
     tps = (len(a_t) - 1) / (a_t[-1] - a_t[0]) if len(a_t) > 1 else 0.0
     return Neighbour(tps, max(gaps, default=0.0) * 1000, len(a_t), saved)
 
@@ -377,12 +379,13 @@ def ms(xs: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="1 cold round, 2 disk rounds, 3 neighbour rounds")
-    ap.add_argument("--cold-rounds", type=int, default=2)
+                    help="Open WebUI's prompt only, 2 warm, 2 disk and 2 neighbour rounds")
+    ap.add_argument("--cold-rounds", type=int, default=1,
+                    help="cold prefills of each prompt (each ~3 min at load 5 here)")
     ap.add_argument("--warm-rounds", type=int, default=3)
     ap.add_argument("--disk-rounds", type=int, default=4,
                     help="restarts after each cold round, alternating page cache / dropped")
-    ap.add_argument("--neighbour-rounds", type=int, default=6)
+    ap.add_argument("--neighbour-rounds", type=int, default=4)
     ap.add_argument("--part", choices=["all", "ttft", "neighbour"], default="all",
                     help="measure only the first token times or only the neighbour")
     ap.add_argument("--threads", type=int, default=1)
@@ -391,14 +394,14 @@ def main() -> None:
                     help="where the saved files go (default: a temporary folder, removed)")
     args = ap.parse_args()
     if args.quick:
-        args.cold_rounds, args.disk_rounds, args.neighbour_rounds = 1, 2, 3
+        args.cold_rounds, args.warm_rounds, args.disk_rounds, args.neighbour_rounds = 1, 2, 2, 2
     pack = resolve_pack(None)
     path = pack.gguf
     preserved = tuple(preserved_tokens(pack.dialect))
     vocab = Vocab(path, preserved=preserved)
     # Service.render needs nothing of an engine: the vocabulary stands in for it here.
     svc = Service(vocab, pack)  # type: ignore[arg-type]
-    cases = load_cases(svc, vocab)
+    cases = load_cases(svc, vocab)[:1 if args.quick else None]
     install_probes()
     load0 = os.getloadavg()
     t0 = time.perf_counter()
@@ -458,9 +461,9 @@ def print_neighbour(nb: dict[str, list[Neighbour]], n_b: int,
     print(f"neighbour ({A_MAX_TOKENS} tokens, greedy) beside a {n_b}-token request that ends "
           f"after {B_MAX_TOKENS} tokens, {len(d)} alternating rounds, medians:")
     for name, xs in nb.items():
-        print(f"  {name:14} {med(x.tps for x in xs):6.1f} tokens/s, longest gap after the "
-              f"other ended {med(x.gap_ms for x in xs):5.0f} ms, {med(x.n_tokens for x in xs):.0f}"
-              f" tokens{', saved every round' if all(x.saved for x in xs) else ''}")
+        print(f"  {name:14} {med(x.tps for x in xs):6.1f} tokens/s, longest gap between two "
+              f"tokens {med(x.gap_ms for x in xs):5.0f} ms, {med(x.n_tokens for x in xs):.0f}"
+              f" tokens{', the other saved every round' if all(x.saved for x in xs) else ''}")
     print(f"  disk cache / none: {med(ratios):.3f}x (median of per-round ratios: "
           f"{', '.join(f'{r:.3f}' for r in ratios)}); the save's cost: {1 - med(ratios):+.1%}")
     print(f"  each save: {steps_line(steps, 'save')}")

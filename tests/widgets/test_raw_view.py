@@ -1,8 +1,8 @@
 """widgets/raw_view.py's token strip and the call guard (issue 22): a token the guard chose is
 drawn in its own colours, its tooltip names the model's own draw and the token taken, the
-heading counts them (and widgets/channel_view.py's tools pane title); live (the service's run in a real window) and played back from the
-recording of that run alike (engine/record/recording.py keeps the marks, inspector/playback.py
-passes them on).
+heading counts them (and widgets/channel_view.py's tools pane title); live (the service's run
+in a real window) and played back from the recording of that run alike
+(engine/record/recording.py keeps the marks, inspector/playback.py passes them on).
 
 The guarded run is tests/engine/backends/llama/test_guard.py's: two earlier get_weather turns,
 then "Weather in Rome for 4 days?" at temperature 0.8, seed 1, on the real default model.

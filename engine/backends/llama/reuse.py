@@ -7,10 +7,10 @@ the writer thread — and `prefix_match`, the cache forensics every admitted job
 (`Finish.prefix`, engine/backends/base.py). Runs only on the engine's worker thread
 ("prism-llama"): every call here touches the llama context.
 
-Loading reads the file on the engine thread (one sequential read and a digest, ~0.2 s for 7k
-tokens of the default model), which other sequences wait for; saving only copies the state
-out of the context here (`llama_state_seq_get_data`, ~3 ms per 600 tokens) and writes it on
-the cache's own thread.
+Loading reads the file on the engine thread (one sequential read and a digest: ~1 s for 7k
+tokens of the default model, 160 MB, on the loaded dev box), which other sequences wait for;
+saving only copies the state out of the context here (`llama_state_seq_get_data` into a
+buffer handed to the writer as is) and hashes and writes it on the cache's own thread.
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ class DiskReuse:
         got = C.llama_state_seq_get_data(self._ctx, buf, size, slot.seq)
         if got == 0:
             return False
-        self.cache.save(list(slot.kv), bytes(memoryview(buf)[:got]))
+        # The ctypes buffer itself goes to the writer: a bytes() copy of it doubled the time the
+        # engine thread held the other sequences (bench/prefix_cache.py: ~half of 514 ms).
+        self.cache.save(list(slot.kv), memoryview(buf).cast("B")[:got])
         return True
 
 
