@@ -86,7 +86,9 @@ def shown(win) -> dict[str, str]:
 def test_four_requests_generate_at_once_each_in_its_own_row_and_panes(qtbot, inspector):
     win, log, service = inspector.window, inspector.window.log, inspector.service
     model = log.model
-    runs = [ask(service, i, 28 + 4 * i) for i in range(4)]
+    # Long enough replies that all four overlap: prefill chunks beside generating rows are
+    # paced (engine/backends/llama/chunks.py), so the last prompt starts a few steps later.
+    runs = [ask(service, i, 64 + 4 * i) for i in range(4)]
     done = lambda: all(r.finish is not None for r in runs)  # noqa: E731
     most_generating = 0
     slots_seen: set[tuple[int, ...]] = set()

@@ -61,6 +61,7 @@ N_BATCH = 512  # tokens per decode step (llama-cpp-python's default n_batch)
 # The most prompt tokens per step while other sequences generate; engine/backends/llama/chunks.py
 # makes it fewer where a token's share of a step is dear (a CPU), so they keep their pace.
 PREFILL_CHUNK = 256
+SHORT_PROMPT = 48  # prompt tokens left that go in whole beside generating rows (step())
 SHARE_MIN = 64  # tokens of prefix worth copying another slot's split cache for (_borrow)
 
 
@@ -280,12 +281,19 @@ class Batcher(SpeculativeSteps):
         # as keep those rows' pace (none on some steps: chunks.py).
         cap = self.sizer.cap() if generating else self.n_batch
         for a in self._order:
-            if n >= self.n_batch or cap <= 0:
+            if n >= self.n_batch:
                 break
             if not a.prefilling:
                 continue
             done = len(a.slot.kv)
-            chunk = a.prompt[done:done + min(cap, self.n_batch - n)]
+            # A short prompt (a title request, a burst of chat turns) goes in whole whatever
+            # the pace allows: a step of a few dozen more rows costs the generating ones little,
+            # and it would otherwise wait steps for its turn (four chats would not run at once).
+            short = len(a.prompt) - done <= SHORT_PROMPT
+            if cap <= 0 and not short:
+                continue
+            chunk = a.prompt[done:done + min(max(cap, SHORT_PROMPT if short else 0),
+                                             self.n_batch - n)]
             cap -= len(chunk)
             last = done + len(chunk) == len(a.prompt)
             for i, tok in enumerate(chunk):
