@@ -20,12 +20,13 @@ the server; and with the file's pages dropped first, `posix_fadvise(DONTNEED)`, 
 reboot). Disk bytes per 1,000 tokens: the saved file's size over the tokens it holds.
 
 The neighbour: a sequence generating 200 tokens (greedy) while another request, Open WebUI's
-tools prompt behind a new ~1,000-token message, ends beside it after 16 tokens, so its whole
-sequence (~8,100 tokens) is snapshotted on the engine thread and written by the writer thread
-while the neighbour decodes. The same with an engine without the disk cache, alternating which
-goes first each round; the neighbour's decode tokens/s (its first token to its last) and its
-longest gap between two tokens. Both requests' prompts are in their slots already (a warm-up
-round), so the only difference is the save.
+tools prompt behind a new ~1,000-token message, ends beside it after 16 tokens, and its whole
+sequence (~8,100 tokens) is saved: snapshotted on the engine thread once nothing decodes beside
+it any more (engine/backends/llama/batch.py `_persist`; before that change, at once, while the
+neighbour decoded) and written by the writer thread. The same with an engine without the disk
+cache, alternating which goes first each round; the neighbour's decode tokens/s (its first
+token to its last) and its longest gap between two tokens. Both requests' prompts are in their
+slots already (a warm-up round), so the only difference is the save.
 
 Greedy, `--threads` llama threads (default 1: on the 2-core dev box two threads collapse when
 other processes compete, engine/backends/llama/engine.py), `--parallel 2` split KV caches of

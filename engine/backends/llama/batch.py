@@ -160,6 +160,7 @@ class Batcher(SpeculativeSteps):
             if self._free_cells() >= need:
                 break
             if slot.active is None and slot is not keep and slot.kv:
+                self._persist(slot)
                 C.llama_memory_seq_rm(self._mem, slot.seq, 0, -1)
                 slot.kv.clear()
         return self._free_cells() >= need
@@ -188,6 +189,8 @@ class Batcher(SpeculativeSteps):
         busy = () if self.kv_unified else tuple(a.slot.seq for a in self._order)
         slot, common = pick_slot(free, prompt, busy)
         keep = min(common, n_prompt - 1)  # the last prompt token is decoded again: its logits
+        if keep < len(slot.kv) - 1:  # its cache is cut below: the part that goes is saved first
+            self._persist(slot)
         # Its prompt's cells, less what its slot holds now (the tail past `keep` is dropped).
         if not self._drop_idle(n_prompt - len(slot.kv), keep=slot):
             if self._order:
@@ -446,10 +449,7 @@ class Batcher(SpeculativeSteps):
         # A cancelled prefill is saved too: a client that gave up after minutes of it (Open
         # WebUI's tools prompt) finds the part that was done when it asks again.
         if self._reuse is not None and reason != "error":
-            try:  # the state is copied out here; the writer thread puts it on disk
-                self._reuse.save(a.slot)
-            except Exception:
-                log.exception("[prism] disk cache: snapshot failed")
+            a.slot.unsaved = True  # saved by `_persist`, after the reply's end is out
         if error and reason == "length":
             log.warning("[prism] a request ended at %d tokens: %s", a.n_out, error)
         try:
@@ -473,6 +473,28 @@ class Batcher(SpeculativeSteps):
             accepted_tokens=a.kept,
         )
         self._finish(a.job, Finish(reason, timings, error, a.gate.hit, prefix=a.prefix))
+        if not self._order:  # nobody decodes beside the saves now: they cost no one a step
+            self._persist_all()
+
+    def _persist(self, slot: Slot) -> None:
+        """Snapshot `slot`'s sequence for the disk cache's writer if its last job's state is
+        not saved yet. Why deferred: copying a long state out of the context holds the engine
+        thread (about 250 ms for 8k tokens of the default model), so every sequence decoding
+        beside a save would wait for it (bench/prefix_cache.py --part neighbour). A job's state
+        is therefore saved when no other job is running, or just before its cells are dropped
+        or cut for another job, or when the engine closes; until then the slot holds it."""
+        if not slot.unsaved or self._reuse is None:
+            return
+        slot.unsaved = False
+        try:  # the state is copied out here; the writer thread puts it on disk
+            self._reuse.save(slot)
+        except Exception:
+            log.exception("[prism] disk cache: snapshot failed")
+
+    def _persist_all(self) -> None:
+        for slot in self.slots:
+            if slot.active is None:
+                self._persist(slot)
 
     def fail_all(self, error: str) -> None:
         import llama_cpp as C
@@ -488,6 +510,7 @@ class Batcher(SpeculativeSteps):
         for a in list(self._order):
             self._end(a, "cancelled")
         self._abort.close()
+        self._persist_all()  # what waited for an idle moment is saved before the process goes
         if self.disk is not None:
             self.disk.close()  # the queued saves are written before the process goes
         if self._batch is not None:

@@ -168,3 +168,33 @@ def test_the_forensics_say_where_a_prompt_left_the_cache(make):
     assert q[m.prompt_char:].startswith(m.prompt_text[:6])  # where, in the prompt's text
     assert m.prompt_text.lstrip().startswith("Spain") and m.cached_text.lstrip().startswith(
         "France")
+
+
+def test_a_save_waits_until_no_sequence_decodes_beside_it(make, tmp_path):
+    # Copying a state out holds the engine thread, so a job that ends while another decodes is
+    # saved later (Batcher._persist): when its slot is wanted for another prompt, when nothing
+    # decodes any more, or at close. Here: held while B decodes, written when C takes A's slot.
+    eng = make(parallel=2, n_ctx=4096)
+    folder = eng._batcher.disk
+    files = lambda: list(folder.dir.glob("*.kv"))  # noqa: E731
+    b = Collector(chatml("Write x."), max_tokens=1500, grammar='root ::= "x"{1600}')
+    eng.submit(b.job)
+    while not b.tokens:  # B decodes before A comes
+        assert not b.done.wait(0.05), b.finish
+    (a,) = serve(eng, P)
+    folder.flush()
+    assert not b.done.is_set(), "B must still be decoding for this test to mean anything"
+    assert files() == [] and a.finish.timings.prompt_tokens > 256  # worth saving, not yet
+    serve(eng, chatml("Tell me about the sea. " * 60))  # the one free slot is A's
+    folder.flush()
+    assert not b.done.is_set()
+    assert len(files()) == 1  # A's, written before C's prompt cut it
+    b.job.cancelled.set()
+    b.wait(60)
+    eng.close()  # C and B (cancelled) end with nothing beside them: saved then
+    assert len(files()) >= 2
+    again = make(parallel=2, n_ctx=4096)
+    (disk,) = serve(again, P)
+    assert disk.finish.prefix.source == "disk"
+    assert disk.finish.timings.disk_tokens == disk.finish.timings.prompt_tokens - 1
+    assert disk.text == a.text
