@@ -73,6 +73,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    "first: bytes or 512M, 4G (default 4G)")
     p.add_argument("--no-disk-cache", action="store_true",
                    help="do not save or load KV prefixes on disk")
+    p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto",
+                   help="llama.cpp's flash attention: auto (default, as llama-server: on where "
+                   "the backend runs it for the model), on, off (as llama-cpp-python's Llama)")
     p.add_argument("--speculate", choices=("ngram", "off"), default="off",
                    help="draftless speculative decoding: draft tokens looked up in the prompt "
                    "and the reply so far, verified in the same step (ngram); off (default)")
@@ -211,7 +214,8 @@ def build_service(args: argparse.Namespace) -> Service:
                              n_threads=args.threads, parallel=args.parallel,
                              preserved=preserved_tokens(pack.dialect),
                              cache_dir=disk_cache_dir(args), cache_size=args.cache_size,
-                             speculate=args.speculate == "ngram")
+                             speculate=args.speculate == "ngram",
+                             flash_attn=args.flash_attn)
     recorder = None
     if not args.no_record:
         # No --record-to: the Recorder picks a new file of its own (exclusive create, 0600 in

@@ -3,26 +3,29 @@
 prompt.) Prints medians; not part of the test suite.
 
 Each engine is a fresh `LlamaEngine(parallel=2)` on the default model (split caches, as
-`prism serve` picks for it; no disk cache), greedy. Per chunking variant, one measurement is:
+`prism serve` picks for it; no disk cache), greedy. Per chunking variant, one measurement is,
+all on that variant's one engine (one process, the same load, a sizer that has timed steps):
 
-- *long alone*: a prompt of about `--long-tokens` tokens, one token out, on its own engine:
-  its prefill time (`Timings.prompt_ms`);
-- *short alone*, on the variant's engine: a short prompt that generates `--short-tokens`
-  tokens: its decode tokens/s after its first token;
-- *beside*, on the same engine: the short request again, and once it has its first token the
-  long one: the short request's tokens/s while the long one is in prefill, and the long one's
-  prefill time.
+- *short alone*: a short prompt that generates `--short-tokens` tokens: its decode tokens/s
+  after its first token;
+- *long alone*: a prompt of about `--long-tokens` tokens, one token out: its prefill time
+  (`Timings.prompt_ms`) and the process's CPU time meanwhile;
+- *beside*: the short request again, and once it has its first token a second long prompt
+  (the same length, another first sentence, so it finds nothing of the first in a slot): the
+  short request's tokens/s while the long one is in prefill, and the long one's prefill time
+  and CPU time. Whether *long alone* runs before or after *beside* alternates by round.
 
 Variants (the chunk a step may carry beside a generating sequence; engine/backends/llama/chunks.py):
 `fixed-256` (the chunk before issue 24), `fixed-N` (`--fixed`), `alternate` (256 tokens every
 other step, none between), `timed-F` (the sizer: the generating row at most F times slower
-than alone; `--fair`, the first is the default `FAIR_STEP`). Every round measures every
-variant, in an order rotated each round, so a change in the machine's load touches them all
-alike, and each measurement is compared with its own lone runs, just before it (medians of
-the ratios over rounds).
+than alone; `--fair`, default `FAIR_STEP`). Every round measures every variant, in an order
+rotated each round, and each measurement is compared with its own lone runs (medians of the
+ratios over rounds). What the prefill pays beside a short request is at least that request's
+own time at its slower pace; a fresh engine per lone run (the first version of this bench)
+swung the lone prefill by ±10% between processes, more than what was measured.
 
-    python bench/fairness.py [--rounds 3] [--long-tokens 4200] [--short-tokens 32] [--threads N]
-                             [--fixed 16] [--fair 1.5 2] [--quick]
+    python bench/fairness.py [--rounds 4] [--long-tokens 4200] [--short-tokens 32] [--threads N]
+                             [--fixed 16 ...] [--fair 1.5 ...] [--quick]
 """
 
 from __future__ import annotations
@@ -135,44 +138,47 @@ def short_run(eng: LlamaEngine, short: str, n: int) -> float:
     return rate(s.tokens)
 
 
-def long_alone(path: Path, threads: int | None, long: str) -> tuple[float, float]:
-    """(the long prompt's prefill ms, the process's CPU seconds meanwhile)."""
-    eng = engine(path, threads)
-    try:
-        job = Collector(long, 1)
-        cpu = time.process_time()
-        eng.submit(job.job)
-        fin = job.wait()
-        return fin.timings.prompt_ms, time.process_time() - cpu
-    finally:
-        eng.close()
-
-
-def beside(path: Path, threads: int | None, short: str, n: int, long: str,
-           sizer: ChunkSizer) -> dict[str, float]:
-    """The short request alone, then beside the long prompt's prefill, on one engine (so both
-    see the same load, and the sizer has timed a few steps, as a server's has)."""
+def beside(path: Path, threads: int | None, short: str, n: int, longs: tuple[str, str],
+           sizer: ChunkSizer, long_first: bool) -> dict[str, float]:
+    """On one engine (so every figure sees the same process and load, and the sizer has timed
+    a few steps, as a server's has): the short request alone; one long prompt read alone; and
+    the short request again with the other long prompt read beside it. The two long prompts
+    differ from their first sentence, so neither finds the other in a slot; which of the two
+    long reads comes first alternates by round (`long_first`)."""
     watch = Watch(sizer)
     eng = engine(path, threads, watch)
     try:
         alone = short_run(eng, short, n)
+
+        def long_alone() -> tuple[float, float]:
+            job = Collector(longs[0], 1)
+            cpu = time.process_time()
+            eng.submit(job.job)
+            fin = job.wait()
+            return fin.timings.prompt_ms, time.process_time() - cpu
+
+        if long_first:
+            alone_ms, alone_cpu = long_alone()
         s = Collector(short, n)
         eng.submit(s.job)
         while not s.tokens and not s.done.is_set():
             time.sleep(0.001)
-        lo = Collector(long, 1)
+        lo = Collector(longs[1], 1)
         cpu = time.process_time()
         t_long = time.perf_counter()
         eng.submit(lo.job)
         fin = lo.wait()
         cpu = time.process_time() - cpu
         s.wait()
+        if not long_first:
+            alone_ms, alone_cpu = long_alone()
         t_end = t_long + fin.timings.queue_ms / 1000 + fin.timings.prompt_ms / 1000
         during = [t for t in s.tokens if t_long <= t.t <= t_end]
         caps = [k for t, k in watch.caps if t_long <= t <= t_end]
         chunks = [k for k in caps if k > 0]
         return {"short_alone": alone, "short_beside": rate(during), "tokens": len(during),
                 "prefill_ms": fin.timings.prompt_ms, "prefill_cpu": cpu,
+                "alone_ms": alone_ms, "alone_cpu": alone_cpu,
                 "chunk": statistics.median(chunks) if chunks else float("nan"),
                 "steps": len(chunks) / len(caps) if caps else float("nan")}
     finally:
@@ -185,15 +191,15 @@ def load() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--long-tokens", type=int, default=4200,
                     help="the long prompt's length, about (default 4200)")
     ap.add_argument("--short-tokens", type=int, default=32,
                     help="tokens the short request generates (default 32)")
-    ap.add_argument("--fixed", type=int, nargs="*", default=[16],
-                    help="fixed chunk sizes to compare beside the old 256 (default 16)")
-    ap.add_argument("--fair", type=float, nargs="*", default=[FAIR_STEP, 2.0],
-                    help=f"the timed sizer's step ratios (default {FAIR_STEP:g} 2)")
+    ap.add_argument("--fixed", type=int, nargs="*", default=[],
+                    help="fixed chunk sizes to compare beside the old 256 (default none)")
+    ap.add_argument("--fair", type=float, nargs="*", default=[FAIR_STEP],
+                    help=f"the timed sizer's step ratios (default {FAIR_STEP:g})")
     ap.add_argument("--threads", type=int, default=None,
                     help="llama.cpp threads (default: the engine's, as prism serve)")
     ap.add_argument("--quick", action="store_true",
@@ -206,19 +212,19 @@ def main() -> None:
     short = chatml("Count from 1 to 200, separated by commas.")
     # ~11 tokens a sentence; the numbers make the prompt's text unlike the short one's
     sentences = max(1, args.long_tokens // 11)
-    long = chatml("Summarise these notes. " + " ".join(
+    longs = tuple(chatml(f"Summarise these notes, {who}. " + " ".join(
         f"Note {i}: the shipment left the depot on time." for i in range(sentences)))
+        for who in ("Alice", "Bob"))
     runs = variants(args.fixed, args.fair)
     got: dict[str, list] = {name: [] for name in runs}
-    print(f"load {load()}; long prompt {len(engine_tokens(path, long))} tokens, short "
+    print(f"load {load()}; long prompt {len(engine_tokens(path, longs[0]))} tokens, short "
           f"{args.short_tokens} out; threads {args.threads or 'default'}; "
           f"{args.rounds} round(s)", flush=True)
     names = list(runs)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            alone_ms, alone_cpu = long_alone(path, args.threads, long)
-            row = beside(path, args.threads, short, args.short_tokens, long, runs[name]())
-            got[name].append({**row, "alone_ms": alone_ms, "alone_cpu": alone_cpu})
+            got[name].append(beside(path, args.threads, short, args.short_tokens, longs,
+                                    runs[name](), long_first=r % 2 == 0))
         print(f"round {r + 1} done (load {load()})", flush=True)
     med = statistics.median
     print(f"{'variant':<12} {'short alone':>11} {'beside':>7} {'slower':>7} {'prefill ms':>10} "

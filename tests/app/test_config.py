@@ -65,3 +65,10 @@ def test_no_guard_calls_turns_the_services_default_off(tmp_path: Path):
             assert service.guard_calls is on  # a request's own guard_calls still wins
         finally:
             service.engine.close()
+
+
+def test_the_flash_attention_flag():
+    p = argparse.ArgumentParser()
+    add_engine_arguments(p)
+    assert p.parse_args([]).flash_attn == "auto"  # as llama-server's -fa
+    assert p.parse_args(["--flash-attn", "off"]).flash_attn == "off"

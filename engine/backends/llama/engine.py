@@ -73,6 +73,7 @@ class LlamaEngine(QueuedEngine):
         cache_dir: Path | str | None = None,
         cache_size: int | None = None,
         speculate: bool = False,
+        flash_attn: str = "auto",
     ):
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
@@ -91,7 +92,8 @@ class LlamaEngine(QueuedEngine):
         self._batcher = None  # the worker thread's alone
         self._admitting: Job | None = None  # the job in Batcher.admit now (_job_done)
         self._options = {"n_ctx": n_ctx, "parallel": parallel, "n_gpu_layers": n_gpu_layers,
-                         "n_threads": n_threads, "kv_unified": kv_unified, "verbose": verbose}
+                         "n_threads": n_threads, "kv_unified": kv_unified, "verbose": verbose,
+                         "flash_attn": flash_attn}
         if prefill_chunk:
             self._options["prefill_chunk"] = prefill_chunk
         if speculate:  # draftless n-gram speculation (engine/backends/llama/speculate.py)
@@ -161,7 +163,7 @@ class LlamaEngine(QueuedEngine):
         # apart, and the flash-attention setting decides how V is laid out.
         namespace = {"model": fingerprint(self.model_path), "llama_cpp": llama_cpp.__version__,
                      "kv": "unified" if o["kv_unified"] else f"split/{o['parallel']}",
-                     "type_k": "f16", "type_v": "f16", "flash_attn": False}
+                     "type_k": "f16", "type_v": "f16", "flash_attn": o["flash_attn"]}
         try:
             cache = DiskCache(self.cache_dir, namespace, self.cache_size or DEFAULT_SIZE)
         except OSError as e:

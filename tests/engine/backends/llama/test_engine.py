@@ -320,3 +320,28 @@ def test_stop_gate_names_the_stop_string_that_hit():
         if gate.stopped:
             break
     assert gate.hit == "##" and "".join(t.text for t in out) == "abcd"
+
+
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_flash_attention_is_what_the_engine_was_given(default_model: Path, mode: str,
+                                                      caplog) -> None:
+    # `--flash-attn` (app/config.py) reaches llama.cpp's context, which says what it runs;
+    # either way the greedy answer is the default one's (auto: on, on a CPU) up to a near-tie
+    # (flash attention sums in another order).
+    from tests.engine.backends.llama.test_batch import same_or_near_tie
+
+    answers = {}
+    for m in ("auto", mode):
+        with caplog.at_level("DEBUG", "prism.llama"):
+            caplog.clear()
+            eng = LlamaEngine(default_model, n_ctx=1024, n_threads=1, flash_attn=m)
+            try:
+                assert eng.ready.wait(60) and eng.load_error is None
+                answers[m] = run(eng, "<|im_start|>user\nName a colour.<|im_end|>\n"
+                                 "<|im_start|>assistant\n", max_tokens=16, top_logprobs=3)
+            finally:
+                eng.close()
+        said = re.search(r"flash_attn\s*=\s*(\S+)", caplog.text)
+        assert said is not None, caplog.text[-2000:]
+        assert said.group(1) == {"auto": "auto", "on": "enabled", "off": "disabled"}[m]
+    same_or_near_tie(answers["auto"].tokens, answers[mode].tokens)
