@@ -39,7 +39,7 @@ from engine.parse.events import (
 
 log = logging.getLogger("prism")
 
-SERIES = ("tokens_per_s", "ttft_ms", "queue_depth", "busy_slots",
+SERIES = ("tokens_per_s", "ttft_ms", "queue_depth", "busy_slots", "draft_kept_pct",
           *(f"anomalies.{k}" for k in ANOMALY_KINDS))
 
 
@@ -66,6 +66,15 @@ class _Request:
     guided_tokens: int = 0  # tokens the call guard changed (not an anomaly: a fact of the run)
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
 
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Output tokens per decode step of this sequence: each step gives one token of its
+        own plus the draft tokens it kept, so with speculation this is the speed-up in steps
+        (the speed-up in time is less: a step with draft rows costs more). None before any
+        output; 1.0 without speculation."""
+        steps = self.output_tokens - self.accepted_tokens
+        return self.output_tokens / steps if self.output_tokens and steps > 0 else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -82,6 +91,7 @@ class _Request:
             "disk_tokens": self.disk_tokens,
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens,
+            "tokens_per_step": self.tokens_per_step,
             "guided_tokens": self.guided_tokens,
             "anomalies": dict(self.anomalies),
             "implicit_reasoning_ends": self.anomalies[IMPLICIT_REASONING_END],
@@ -263,6 +273,8 @@ class Metrics:
             tot["finish_reasons"][finish_reason] = tot["finish_reasons"].get(finish_reason, 0) + 1
             if req.output_tokens:
                 self._add_point("ttft_ms", t, req.ttft_ms or 0.0)
+            if timings.draft_tokens:  # speculation: one point a request that drafted
+                self._add_point("draft_kept_pct", t, 100.0 * timings.acceptance)
             self._add_load(t)
             summary = req.to_dict()
             latency = t - req.started

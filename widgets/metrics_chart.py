@@ -1,8 +1,9 @@
-"""The charts: tokens/s, TTFT per request, queue depth with busy slots, anomalies, over time.
+"""The charts: tokens/s, TTFT per request, queue depth with busy slots, anomalies, and the
+share of draft tokens each request kept (speculation), over time.
 
 Owns `RingBuffer` (a fixed-size float64 x/y store with amortised O(1) appends and a contiguous
-view for `setData`) and `MetricsCharts` (four pyqtgraph plots, one `PlotDataItem` per series).
-`refresh()` is called on a slow timer (2 Hz: a repaint of the four plots costs ~10 ms here): it
+view for `setData`) and `MetricsCharts` (five pyqtgraph plots, one `PlotDataItem` per series).
+`refresh()` is called on a slow timer (2 Hz: a repaint of the plots costs ~10 ms here): it
 asks its source (`engine.metrics.Metrics`, the service's or a playback's) for a sample and its
 series, appends only the points newer than the last one seen, and scrolls the x range to the
 last `window` seconds. GUI thread only.
@@ -28,6 +29,8 @@ PLOTS = (
     ("ttft_ms", "TTFT per request (ms)", COLOURS["call"]),
     ("queue_depth", "queue depth · busy slots", COLOURS["markup"]),
     ("anomalies", "anomalies", COLOURS["anomaly"]),
+    # Speculation (--speculate ngram): the share of each request's draft tokens kept.
+    ("draft_kept_pct", "draft tokens kept per request (%)", COLOURS["reasoning"]),
 )
 
 
@@ -82,7 +85,9 @@ class MetricsCharts(QWidget):
         self.buffers: dict[str, RingBuffer] = {}
         self._plot_keys: dict[str, list[str]] = {}  # plot name -> its series' keys
         for i, (name, title, colour) in enumerate(PLOTS):
-            plot = self.view.addPlot(row=i // 2, col=i % 2, title=title)
+            # Two plots a row; the last, alone on its row, spans both columns.
+            span = 2 if i == len(PLOTS) - 1 and len(PLOTS) % 2 else 1
+            plot = self.view.addPlot(row=i // 2, col=i % 2, colspan=span, title=title)
             plot.showGrid(x=True, y=True, alpha=0.15)
             plot.setMenuEnabled(False)
             plot.setMouseEnabled(x=False, y=False)
@@ -92,7 +97,7 @@ class MetricsCharts(QWidget):
                 title = (f"<span style='color:{colour}'>queue depth</span> · "
                          f"<span style='color:{COLOURS['reasoning']}'>busy slots</span>")
             plot.titleLabel.setText(title, size="9pt", color=MUTED)
-            plot.setLimits(yMin=0)  # all four are counts or rates: no negative axis
+            plot.setLimits(yMin=0)  # all are counts, rates or shares: no negative axis
             self.plots[name] = plot
             self._plot_keys[name] = [f"anomalies.{k}" for k in ANOMALY_KINDS] \
                 if name == "anomalies" else [name]
@@ -100,7 +105,7 @@ class MetricsCharts(QWidget):
                 for kind, pen in zip(ANOMALY_KINDS, _ANOMALY_PENS, strict=True):
                     self._add_curve(plot, f"anomalies.{kind}", pen, name=ANOMALY_LABELS[kind])
             else:
-                symbol = "o" if name == "ttft_ms" else None
+                symbol = "o" if name in ("ttft_ms", "draft_kept_pct") else None
                 self._add_curve(plot, name, colour, symbol=symbol)
             if name == "queue_depth":  # how many wait, next to how many are being served
                 self._add_curve(plot, "busy_slots", COLOURS["reasoning"])

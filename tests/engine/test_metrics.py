@@ -77,6 +77,12 @@ def test_speculation_is_counted_per_request_and_in_totals() -> None:
     assert (a["draft_tokens"], a["accepted_tokens"]) == (60, 45)
     assert Timings(draft_tokens=60, accepted_tokens=45).acceptance == 0.75
     assert Timings().acceptance == 0.0
+    # 100 tokens in 55 steps of its own (45 came with a step, as kept drafts).
+    assert a["tokens_per_step"] == pytest.approx(100 / 55)
+    b = next(r for r in snap["requests"] if r["id"] == "b")
+    assert b["tokens_per_step"] == 1.0
+    # The chart's series: one point for the request that drafted, none for the other.
+    assert m.series()["draft_kept_pct"] == [(pytest.approx(2.0 - m.t0), 75.0)]
 
 
 def test_request_log_is_bounded() -> None:

@@ -50,3 +50,31 @@ def test_charts_receive_points_while_a_recording_plays(window, clock):
     assert x2[-1] > x[-1] and y2[-1] == 0.0
     lo, hi = charts.plots["tokens_per_s"].viewRange()[0]
     assert lo <= x2[-1] <= hi + 1
+
+
+def test_the_draft_plot_shows_each_speculating_requests_kept_share(qtbot):
+    from engine.backends.base import Timings
+    from engine.metrics import Metrics
+    from widgets.metrics_chart import MetricsCharts
+
+    class Live:  # a service's face as the charts see it (inspector/tracks.py TrackSource)
+        def __init__(self) -> None:
+            self.metrics = Metrics()
+
+        def sample(self) -> None:
+            self.metrics.sample()
+
+    charts = MetricsCharts()
+    qtbot.addWidget(charts)
+    src = Live()
+    charts.set_source(src, "live")
+    t0 = src.metrics.t0
+    for i, (drafted, kept) in enumerate([(40, 30), (0, 0), (20, 5)]):
+        src.metrics.request_started(f"r{i}", "openai", "smol", 5, t=t0 + i)
+        src.metrics.request_finished(f"r{i}", "stop", Timings(
+            output_tokens=50, draft_tokens=drafted, accepted_tokens=kept), t=t0 + i + 0.5)
+    charts.refresh()
+    x, y = charts.curves["draft_kept_pct"].getData()
+    assert list(y) == [75.0, 25.0]  # the request without drafts has no point
+    assert list(x) == [0.5, 2.5]
+    assert charts.plots["draft_kept_pct"].viewRange()[1][1] >= 75.0
