@@ -161,10 +161,20 @@ def _timed(cls: type, name: str, step: str, did: Callable[[tuple, object], bool]
         t0 = time.perf_counter()
         r = orig(*a, **kw)
         if did(a, r):
-            STEPS.setdefault(step, []).append((time.perf_counter() - t0) * 1000)
+            t1 = time.perf_counter()
+            STEPS.setdefault(step, []).append((t1 - t0) * 1000)
+            SPANS.append((t0, t1))
         return r
 
     setattr(cls, name, timed)
+
+
+SPANS: list[tuple[float, float]] = []  # (start, end) of each timed step, perf_counter seconds
+
+
+def overlap_ms(lo: float, hi: float) -> float:
+    """How long the timed snapshots and writes ran inside [lo, hi]."""
+    return 1000 * sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in SPANS)
 
 
 def install_probes() -> None:
@@ -306,6 +316,7 @@ class Neighbour:
     gap_ms: float  # its longest gap between two tokens
     n_tokens: int
     saved: bool
+    overlap_ms: float  # of the save's snapshot and write, the part inside the neighbour's decode
 
 
 def neighbour_round(eng: LlamaEngine, b: Case, a: Case, folder: Path | None) -> Neighbour:
@@ -342,7 +353,8 @@ def neighbour_round(eng: LlamaEngine, b: Case, a: Case, folder: Path | None) -> 
     # on_finish; the stretch decoded beside it is the same with the cache and without.
     gaps = [y - x for x, y in itertools.pairwise(a_t)]
     tps = (len(a_t) - 1) / (a_t[-1] - a_t[0]) if len(a_t) > 1 else 0.0
-    return Neighbour(tps, max(gaps, default=0.0) * 1000, len(a_t), saved)
+    inside = overlap_ms(a_t[0], a_t[-1]) if len(a_t) > 1 else 0.0
+    return Neighbour(tps, max(gaps, default=0.0) * 1000, len(a_t), saved, inside)
 
 
 def measure_neighbour(path: Path, args: argparse.Namespace, folder: Path, svc: Service,
@@ -467,7 +479,8 @@ def print_neighbour(nb: dict[str, list[Neighbour]], n_b: int,
               f" tokens{', the other saved every round' if all(x.saved for x in xs) else ''}")
     print(f"  disk cache / none: {med(ratios):.3f}x (median of per-round ratios: "
           f"{', '.join(f'{r:.3f}' for r in ratios)}); the save's cost: {1 - med(ratios):+.1%}")
-    print(f"  each save: {steps_line(steps, 'save')}")
+    print(f"  each save: {steps_line(steps, 'save')}; of it inside the neighbour's decode: "
+          f"{', '.join(f'{x.overlap_ms:.0f}' for x in d)} ms")
 
 
 if __name__ == "__main__":

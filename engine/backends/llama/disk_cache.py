@@ -306,6 +306,11 @@ class DiskCache:
             f.write(MAGIC + struct.pack("<I", len(header)) + header)
             f.write(tok)
             f.write(state)
+            # Written out now, on this thread, not by the kernel's writeback some seconds
+            # later, when it took CPU from whatever decoded then (bench/prefix_cache.py); and
+            # a crash after the rename cannot leave a name pointing at an empty file.
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)  # atomic: a reader sees the old file, the new one, or none
         st = path.stat()
         with self._lock:
