@@ -61,7 +61,11 @@ N_BATCH = 512  # tokens per decode step (llama-cpp-python's default n_batch)
 # The most prompt tokens per step while other sequences generate; engine/backends/llama/chunks.py
 # makes it fewer where a token's share of a step is dear (a CPU), so they keep their pace.
 PREFILL_CHUNK = 256
-SHORT_PROMPT = 48  # prompt tokens left that go in whole beside generating rows (step())
+# Prompt tokens left that go in whole beside generating rows (step()). 48 could starve a burst:
+# eight 62-token chats arriving 30 ms apart waited for the pacing while it had not timed its
+# steps yet, the last one's first token 8 s after it came (1.5-1.7 s with 128); one step of 128
+# tokens costs the generating rows a few hundred ms once, on this CPU.
+SHORT_PROMPT = 128
 SHARE_MIN = 64  # tokens of prefix worth copying another slot's split cache for (_borrow)
 
 
