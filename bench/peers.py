@@ -16,9 +16,10 @@ number of slots:
           for a CPU; split KV caches, as `-np N` leaves `--kv-unified` off; its RAM prompt
           cache). Given Prism's own template, so both render every request, tools included,
           to the same prompt (the prompt tokens each reports are printed);
-  raw     a worker process driving llama-cpp-python's low-level API (`llama_decode` on a
-          `llama_batch`, one sampler chain per sequence, exactly Prism's context parameters:
-          split caches of C cells per sequence, flash attention auto, n_batch 512) on the prompt
+  raw     a worker process (bench/raw_peer.py) driving llama-cpp-python's low-level API
+          (`llama_decode` on a `llama_batch`, one sampler chain per sequence, Prism's own
+          model and context, engine/backends/llama/context.py: split caches of C cells per
+          sequence, flash attention auto, n_batch 512) on the prompt
           Prism renders; no HTTP, no template, no parser. Its figures are the ceiling of
           anything built on the vendored llama.cpp with those parameters.
   prism-nofa  (`--no-fa`) Prism with `--flash-attn off`, its default before issue 23;
@@ -63,26 +64,22 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, free_port, wait_http
+from bench.common import ROOT
+from bench.peer_servers import LlamaServerPeer, PrismPeer, RawPeer, Reply
 from tests.support import llama_server_binary
 
-TEMPLATE = ROOT / "resources" / "templates" / "smollm2.jinja"
 OPENWEBUI = ROOT / "tests" / "app" / "data" / "client_openwebui.json"
 STORY = ("Write a long, detailed story about a lighthouse keeper who finds an old map hidden "
          "in the wall. Describe the sea, the weather and the town.")
 CITIES = ("Paris", "Rome", "Lisbon", "Oslo", "Vienna", "Prague", "Dublin", "Madrid", "Berlin",
           "Athens", "Warsaw", "Zurich")
-N_BATCH = 512  # Prism's and llama-cpp-python's n_batch (engine/backends/llama/batch.py)
 
 
 # --- workloads ---------------------------------------------------------------------------------
@@ -149,283 +146,6 @@ def owui_body(question: str | None) -> dict:
     if question is not None:
         body["messages"] = [{"role": "user", "content": question}]
     return {"messages": body["messages"], "tools": body["tools"]}
-
-
-# --- one streamed request ------------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    t0: float  # when the request was sent (perf_counter: CLOCK_MONOTONIC, shared by processes)
-    stamps: list[float] = field(default_factory=list)  # chunks that carried output
-    end: float = 0.0
-    n: int = 0  # completion tokens (the server's usage)
-    prompt_tokens: int = 0
-    text: str = ""
-    calls: list[str] = field(default_factory=list)
-
-    @property
-    def ttft_ms(self) -> float:
-        return (self.stamps[0] - self.t0) * 1000.0 if self.stamps else float("nan")
-
-    @property
-    def tps(self) -> float:
-        span = (self.stamps[-1] - self.stamps[0]) if len(self.stamps) > 1 else 0.0
-        return (self.n - 1) / span if span > 0 and self.n > 1 else float("nan")
-
-    @property
-    def total_s(self) -> float:
-        return self.end - self.t0
-
-
-def stream_chat(url: str, body: dict, timeout: float = 1800.0) -> Reply:
-    import httpx
-
-    body = {"model": "smollm2", "stream": True, "stream_options": {"include_usage": True},
-            "temperature": 0.0, "seed": 1, **body}
-    reply = Reply(time.perf_counter())
-    text: list[str] = []
-    with httpx.Client(timeout=timeout) as http, http.stream(
-            "POST", url + "/v1/chat/completions", json=body) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"{url}: {resp.status_code} {resp.read()[:500]!r}")
-        for line in resp.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                reply.n = chunk["usage"].get("completion_tokens", 0)
-                reply.prompt_tokens = chunk["usage"].get("prompt_tokens", 0)
-            for choice in chunk.get("choices") or ():
-                delta = choice.get("delta") or {}
-                if delta.get("content") or delta.get("reasoning_content") or \
-                        delta.get("tool_calls"):
-                    reply.stamps.append(time.perf_counter())
-                text.append(delta.get("content") or "")
-                for call in delta.get("tool_calls") or ():
-                    name = (call.get("function") or {}).get("name")
-                    if name:
-                        reply.calls.append(name)
-    reply.end = time.perf_counter()
-    reply.text = "".join(text)
-    return reply
-
-
-# --- peers ---------------------------------------------------------------------------------------
-
-
-class ServerPeer:
-    name = "?"
-    proc: subprocess.Popen
-    url: str
-
-    def chat(self, body: dict) -> Reply:
-        return stream_chat(self.url, body)
-
-    def chats(self, bodies: list[dict]) -> list[Reply]:
-        out: list[Reply | None] = [None] * len(bodies)
-
-        def one(i: int) -> None:
-            out[i] = self.chat(bodies[i])
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if any(r is None for r in out):
-            raise RuntimeError(f"{self.name}: a concurrent request failed")
-        return out  # type: ignore[return-value]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-class PrismPeer(ServerPeer):
-    def __init__(self, parallel: int, n_ctx: int, threads: int, log: Path,
-                 name: str = "prism", extra: tuple[str, ...] = ()) -> None:
-        self.name = name
-        port = free_port()
-        args = ["serve", "--pack", "smollm2", "--port", str(port), "--n-ctx", str(n_ctx),
-                "--parallel", str(parallel), "--threads", str(threads), "--no-record",
-                "--log-level", "warning", *extra]
-        cmd = [sys.executable, "-m", "app", *args]
-        # A fresh cache folder: the disk prompt cache starts empty, as llama-server's RAM one.
-        env = {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="prism-peers-cache-")}
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                         env=env)
-        self.url = f"http://127.0.0.1:{port}"
-        wait_http(self.url + "/health", self.proc, timeout=300)
-
-
-class LlamaServerPeer(ServerPeer):
-    def __init__(self, binary: Path, gguf: Path, parallel: int, n_ctx: int, threads: int,
-                 log: Path, name: str = "server", extra: tuple[str, ...] = ()) -> None:
-        self.name = name
-        port = free_port()
-        cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-               "--jinja", "--chat-template-file", str(TEMPLATE), "-np", str(parallel),
-               "-c", str(n_ctx * parallel), "-t", str(threads), "-tb", str(threads),
-               "--no-webui", *extra]
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{port}"
-        wait_http(self.url + "/health", self.proc, timeout=300)
-
-
-class RawPeer:
-    """The worker process (`--worker`): one JSON request a line in, one JSON answer out."""
-
-    name = "raw"
-
-    def __init__(self, parallel: int, n_ctx: int, threads: int, log: Path) -> None:
-        from engine.chat.packs import resolve_pack
-
-        self.pack = resolve_pack("smollm2")
-        with log.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, __file__, "--worker", "--parallel", str(parallel),
-                 "--n-ctx", str(n_ctx), "--threads", str(threads)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"raw worker did not start: {log.read_text()[-2000:]}")
-        assert json.loads(line)["ready"]
-
-    def render(self, body: dict) -> str:
-        from engine.chat.request import Message
-
-        msgs = tuple(Message(m["role"], m["content"]) for m in body["messages"])
-        return self.pack.chat_template().render(msgs, tools=body.get("tools", ()),
-                                                add_generation_prompt=True,
-                                                enable_thinking=self.pack.thinking)
-
-    def chats(self, bodies: list[dict]) -> list[Reply]:
-        t0 = time.perf_counter()
-        req = {"prompts": [self.render(b) for b in bodies],
-               "max_tokens": [b.get("max_tokens", 128) for b in bodies]}
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        res = json.loads(self.proc.stdout.readline())
-        return [Reply(t0, s["times"], s["times"][-1] if s["times"] else t0, len(s["times"]),
-                      s["prompt_tokens"], s["text"]) for s in res["seqs"]]
-
-    def chat(self, body: dict) -> Reply:
-        return self.chats([body])[0]
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(30)
-
-
-class RawLoop:
-    """The raw peer's engine: Prism's context parameters, a bare decode loop (`run`)."""
-
-    def __init__(self, parallel: int, n_ctx: int, threads: int) -> None:
-        import ctypes
-
-        import llama_cpp as C
-        from llama_cpp import _internals
-
-        from engine.chat.packs import resolve_pack
-
-        self.C = C
-        self.model = _internals.LlamaModel(path_model=str(resolve_pack("smollm2").gguf),
-                                           params=C.llama_model_default_params(), verbose=False)
-        cp = C.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx * parallel, N_BATCH, N_BATCH
-        cp.n_seq_max, cp.kv_unified = parallel, False
-        cp.n_threads = cp.n_threads_batch = threads
-        cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_AUTO  # as Prism's default --flash-attn
-        self.context = _internals.LlamaContext(model=self.model, params=cp, verbose=False)
-        self.ctx = self.context.ctx
-        self.mem = C.llama_get_memory(self.ctx)
-        self.vocab = self.model.vocab
-        self.n_vocab = C.llama_vocab_n_tokens(self.vocab)
-        self.add_bos = bool(C.llama_vocab_get_add_bos(self.vocab))
-        self.batch = C.llama_batch_init(N_BATCH, 0, 1)
-        self.buf = (ctypes.c_char * 64)()
-
-    def _put(self, i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
-        b = self.batch
-        b.token[i], b.pos[i], b.n_seq_id[i] = tok, pos, 1
-        b.seq_id[i][0], b.logits[i] = seq, logits
-
-    def run(self, texts: list[str], max_tokens: list[int]) -> list[dict]:
-        """Each prompt's tokens are packed into n_batch-token steps in sequence order (all of
-        them in one step where they fit), then every sequence decodes one token per
-        `llama_decode` until its end-of-generation token or its `max_tokens`; one sampler
-        chain each, as Prism's for temperature 0 (a neutral repeat penalty, then greedy)."""
-        C = self.C
-        prompts = [self.model.tokenize(t.encode(), self.add_bos, True) for t in texts]
-        b = len(prompts)
-        C.llama_memory_clear(self.mem, True)
-        chains = []
-        for _ in range(b):
-            chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_penalties(
-                self.n_vocab, 64, 1.0, 0.0, 0.0))
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
-            chains.append(chain)
-        seqs = [{"times": [], "text": [], "prompt_tokens": len(p)} for p in prompts]
-        pos = [len(p) for p in prompts]
-        pending = [0] * b
-        live = [True] * b
-
-        def sample(s: int, row: int) -> None:
-            tok = int(C.llama_sampler_sample(chains[s], self.ctx, row))
-            if C.llama_vocab_is_eog(self.vocab, tok):
-                live[s] = False
-                return
-            n = C.llama_token_to_piece(self.vocab, tok, self.buf, 64, 0, False)
-            seqs[s]["text"].append(bytes(self.buf[:max(n, 0)]))
-            seqs[s]["times"].append(time.perf_counter())
-            pending[s] = tok
-            live[s] = len(seqs[s]["times"]) < max_tokens[s]
-
-        todo = [(s, j) for s in range(b) for j in range(len(prompts[s]))]
-        while todo:
-            step, todo = todo[:N_BATCH], todo[N_BATCH:]
-            lasts = {}
-            for i, (s, j) in enumerate(step):
-                last = j == len(prompts[s]) - 1
-                self._put(i, prompts[s][j], j, s, last)
-                if last:
-                    lasts[s] = i
-            self.batch.n_tokens = len(step)
-            assert C.llama_decode(self.ctx, self.batch) == 0
-            for s, row in lasts.items():
-                sample(s, row)
-        while any(live):
-            rows = [s for s in range(b) if live[s]]
-            for i, s in enumerate(rows):
-                self._put(i, pending[s], pos[s], s, True)
-                pos[s] += 1
-            self.batch.n_tokens = len(rows)
-            assert C.llama_decode(self.ctx, self.batch) == 0
-            for i, s in enumerate(rows):
-                sample(s, i)
-        for chain in chains:
-            C.llama_sampler_free(chain)
-        for seq in seqs:
-            seq["text"] = b"".join(seq["text"]).decode("utf-8", "replace")
-        return seqs
-
-
-def worker(parallel: int, n_ctx: int, threads: int) -> None:
-    """The raw peer's process: one JSON request a line on stdin, one JSON answer a line."""
-    loop = RawLoop(parallel, n_ctx, threads)
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        req = json.loads(line)
-        print(json.dumps({"seqs": loop.run(req["prompts"], req["max_tokens"])}), flush=True)
 
 
 # --- rounds and figures -----------------------------------------------------------------------
@@ -584,13 +304,7 @@ def main() -> int:
                     metavar="TYPES",
                     help="add prism+spec (--speculate ngram) and llama-server with each of "
                     "these --spec-type modes (default ngram-simple,ngram-mod)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--parallel", type=int, default=4, help=argparse.SUPPRESS)
-    ap.add_argument("--n-ctx", type=int, default=8192, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.worker:
-        worker(args.parallel, args.n_ctx, args.threads)
-        return 0
 
     import signal
 

@@ -63,6 +63,44 @@ def wait_healthy(http: httpx.Client, proc: subprocess.Popen, timeout: float = 60
     wait_until(healthy, timeout, interval=0.1, what="GET /health to answer 200")
 
 
+class ServerProcess:
+    """A real server (llama-server, llama_cpp.server) run as a subprocess on `port`, its output
+    in `log` (a file, not a pipe: llama.cpp's load log would fill one); started once GET
+    `health` answers 200, else stopped and a RuntimeError with the log's tail. `stop()` is
+    terminate, then kill."""
+
+    name = "the server"
+
+    def __init__(self, cmd: list[str], port: int, log: Path, health: str,
+                 env: dict[str, str] | None = None, timeout: float = 120.0) -> None:
+        self.port, self.log = port, log
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}{health}", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
 async def until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
                 what: str = "the condition") -> None:
     """Let the running loop work until predicate() holds; fail after `timeout` seconds."""

@@ -11,10 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -30,6 +27,7 @@ from engine.record.recording import Recorder, read_session
 from engine.service import Service
 from tests.app.conftest import Live
 from tests.engine.backends.upstream.scripted_upstream import free_port
+from tests.support import ServerProcess
 
 pytestmark = pytest.mark.model
 
@@ -39,45 +37,21 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "enum": ["
 ASK = [{"role": "user", "content": "Weather in Paris for three days, as JSON."}]
 
 
-class LlamaCppServer:
+class LlamaCppServer(ServerProcess):
     """`python -m llama_cpp.server` on the default model, on a free loopback port."""
 
+    name = "llama_cpp.server"
+
     def __init__(self, gguf: Path, log: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.log = log
-        with log.open("w") as out:  # a file, not a pipe: llama.cpp's load log would fill one
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host",
-                 "127.0.0.1", "--port", str(self.port), "--n_ctx", "1024", "--n_threads", "1",
-                 *extra],
-                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(self.url + "/models", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"llama_cpp.server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
+        port = free_port()
+        super().__init__([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
+                          "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024",
+                          "--n_threads", "1", *extra], port, log, "/v1/models",
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture(scope="module")

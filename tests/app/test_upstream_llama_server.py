@@ -30,7 +30,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -48,7 +47,13 @@ from engine.service import Service
 from tests.app.conftest import Live
 from tests.engine.backends.upstream.scripted_upstream import free_port
 from tests.engine.test_family_gguf import real_template, renamed
-from tests.support import ROOT, gguf_with_template, llama_server_binary, wait_healthy
+from tests.support import (
+    ROOT,
+    ServerProcess,
+    gguf_with_template,
+    llama_server_binary,
+    wait_healthy,
+)
 
 pytestmark = pytest.mark.model
 
@@ -60,42 +65,21 @@ ASK = [{"role": "user", "content": "Weather in Paris?"}]
 HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
-class LlamaServer:
+class LlamaServer(ServerProcess):
     """`llama-server --jinja -m GGUF` on a free loopback port: one thread, one slot, 2,048
     tokens of context."""
 
+    name = "llama-server"
+
     def __init__(self, binary: Path, gguf: Path, log: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.log = log
-        with log.open("w") as out:  # a file, not a pipe: llama.cpp's load log would fill one
-            self.proc = subprocess.Popen(
-                [str(binary), "-m", str(gguf), "--jinja", "--host", "127.0.0.1", "--port",
-                 str(self.port), "-c", "2048", "-np", "1", "-t", "1", "-tb", "1", "--no-webui",
-                 *extra], stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"llama-server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
+        port = free_port()
+        super().__init__([str(binary), "-m", str(gguf), "--jinja", "--host", "127.0.0.1",
+                          "--port", str(port), "-c", "2048", "-np", "1", "-t", "1", "-tb", "1",
+                          "--no-webui", *extra], port, log, "/health")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 @pytest.fixture(scope="module")

@@ -32,13 +32,13 @@ What a full pool does, in this order:
 from __future__ import annotations
 
 import logging
-import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 
 from engine.backends.base import Finish, Job, Timings
 from engine.backends.llama.abort import PrefillAbort
 from engine.backends.llama.chunks import ChunkSizer
+from engine.backends.llama.context import open_context
 from engine.backends.llama.disk_cache import DiskCache
 from engine.backends.llama.guard import CallGuard
 from engine.backends.llama.reuse import DiskReuse, prefix_match
@@ -57,7 +57,6 @@ from engine.backends.queued import StopGate
 
 log = logging.getLogger("prism")
 
-N_BATCH = 512  # tokens per decode step (llama-cpp-python's default n_batch)
 # The most prompt tokens per step while other sequences generate; engine/backends/llama/chunks.py
 # makes it fewer where a token's share of a step is dear (a CPU), so they keep their pace.
 PREFILL_CHUNK = 256
@@ -68,13 +67,6 @@ PREFILL_CHUNK = 256
 SHORT_PROMPT = 128
 SHARE_MIN = 64  # tokens of prefix worth copying another slot's split cache for (_borrow)
 
-
-
-def _flash_attn_types() -> dict[str, int]:
-    import llama_cpp as C
-
-    return {"auto": C.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": C.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-            "off": C.LLAMA_FLASH_ATTN_TYPE_DISABLED}
 
 class Batcher(SpeculativeSteps):
     """See the module docstring. `finish(job, Finish)` is called once per admitted job."""
@@ -97,33 +89,14 @@ class Batcher(SpeculativeSteps):
         flash_attn: str = "auto",
     ) -> None:
         import llama_cpp as C
-        from llama_cpp import _internals
 
         self.vocab = vocab
         self._path = model_path
         self._finish = finish
         self.sizer = ChunkSizer(prefill_chunk)  # how big a chunk beside generating rows
-        mp = C.llama_model_default_params()
-        mp.n_gpu_layers = n_gpu_layers
-        # verbose=True whatever `verbose` says: otherwise llama-cpp-python silences the whole
-        # process's stdout/stderr while loading (llama.cpp logs via engine/backends/llama/log.py).
-        self._model = _internals.LlamaModel(path_model=str(model_path), params=mp,
-                                            verbose=True)
-        cp = C.llama_context_default_params()
-        # Split caches (kv_unified False): n_ctx cells for each sequence.
-        cp.n_ctx = n_ctx if kv_unified else n_ctx * parallel
-        cp.n_batch = cp.n_ubatch = min(n_ctx, N_BATCH)
-        cp.n_seq_max = parallel
-        cp.kv_unified = kv_unified
-        # llama-cpp-python's defaults: half the cores to decode one token, all of them for
-        # batches.
-        cp.n_threads = n_threads or max(multiprocessing.cpu_count() // 2, 1)
-        cp.n_threads_batch = n_threads or multiprocessing.cpu_count()
-        # Flash attention as llama-server has it (`-fa auto`: on where the backend runs it for
-        # this model). On the CPU it is worth +2-4% at one sequence, +5-8% at four and +13-15%
-        # at eight (bench/batched.py); llama-cpp-python's Llama() leaves it off.
-        cp.flash_attn_type = _flash_attn_types()[flash_attn]
-        self._ctx = _internals.LlamaContext(model=self._model, params=cp, verbose=verbose)
+        self._model, self._ctx = open_context(
+            model_path, n_ctx=n_ctx, parallel=parallel, n_gpu_layers=n_gpu_layers,
+            n_threads=n_threads, kv_unified=kv_unified, verbose=verbose, flash_attn=flash_attn)
         self.ctx = self._ctx.ctx
         self._mem = C.llama_get_memory(self.ctx)
         self.kv_unified = kv_unified
@@ -175,7 +148,8 @@ class Batcher(SpeculativeSteps):
             if self._free_cells() >= need:
                 break
             if slot.active is None and slot is not keep and slot.kv:
-                self._persist(slot)
+                if self._reuse is not None:
+                    self._reuse.persist(slot)
                 C.llama_memory_seq_rm(self._mem, slot.seq, 0, -1)
                 slot.kv.clear()
         return self._free_cells() >= need
@@ -204,8 +178,8 @@ class Batcher(SpeculativeSteps):
         busy = () if self.kv_unified else tuple(a.slot.seq for a in self._order)
         slot, common = pick_slot(free, prompt, busy)
         keep = min(common, n_prompt - 1)  # the last prompt token is decoded again: its logits
-        if keep < len(slot.kv) - 1:  # its cache is cut below: the part that goes is saved first
-            self._persist(slot)
+        if self._reuse is not None and keep < len(slot.kv) - 1:
+            self._reuse.persist(slot)  # its cache is cut below: what goes is saved first
         # Its prompt's cells, less what its slot holds now (the tail past `keep` is dropped).
         if not self._drop_idle(n_prompt - len(slot.kv), keep=slot):
             if self._order:
@@ -464,7 +438,7 @@ class Batcher(SpeculativeSteps):
         # A cancelled prefill is saved too: a client that gave up after minutes of it (Open
         # WebUI's tools prompt) finds the part that was done when it asks again.
         if self._reuse is not None and reason != "error":
-            a.slot.unsaved = True  # saved by `_persist`, after the reply's end is out
+            a.slot.unsaved = True  # DiskReuse.persist saves it, after the reply's end is out
         if error and reason == "length":
             log.warning("[prism] a request ended at %d tokens: %s", a.n_out, error)
         try:
@@ -488,28 +462,8 @@ class Batcher(SpeculativeSteps):
             accepted_tokens=a.kept,
         )
         self._finish(a.job, Finish(reason, timings, error, a.gate.hit, prefix=a.prefix))
-        if not self._order:  # nobody decodes beside the saves now: they cost no one a step
-            self._persist_all()
-
-    def _persist(self, slot: Slot) -> None:
-        """Snapshot `slot`'s sequence for the disk cache's writer if its last job's state is
-        not saved yet. Why deferred: copying a long state out of the context holds the engine
-        thread (about 250 ms for 8k tokens of the default model), so every sequence decoding
-        beside a save would wait for it (bench/prefix_cache.py --part neighbour). A job's state
-        is therefore saved when no other job is running, or just before its cells are dropped
-        or cut for another job, or when the engine closes; until then the slot holds it."""
-        if not slot.unsaved or self._reuse is None:
-            return
-        slot.unsaved = False
-        try:  # the state is copied out here; the writer thread puts it on disk
-            self._reuse.save(slot)
-        except Exception:
-            log.exception("[prism] disk cache: snapshot failed")
-
-    def _persist_all(self) -> None:
-        for slot in self.slots:
-            if slot.active is None:
-                self._persist(slot)
+        if self._reuse is not None and not self._order:  # the saves cost no one a step now
+            self._reuse.persist_idle(self.slots)
 
     def fail_all(self, error: str) -> None:
         import llama_cpp as C
@@ -525,7 +479,8 @@ class Batcher(SpeculativeSteps):
         for a in list(self._order):
             self._end(a, "cancelled")
         self._abort.close()
-        self._persist_all()  # what waited for an idle moment is saved before the process goes
+        if self._reuse is not None:  # what waited for an idle moment is saved before we go
+            self._reuse.persist_idle(self.slots)
         if self.disk is not None:
             self.disk.close()  # the queued saves are written before the process goes
         if self._batch is not None:

@@ -10,7 +10,8 @@ the writer thread — and `prefix_match`, the cache forensics every admitted job
 Loading reads the file on the engine thread (one sequential read and a digest: ~1 s for 7k
 tokens of the default model, 160 MB, on the loaded dev box), which other sequences wait for;
 saving only copies the state out of the context here (`llama_state_seq_get_data` into a
-buffer handed to the writer as is) and hashes and writes it on the cache's own thread.
+buffer handed to the writer as is), once no other sequence decodes (`persist`), and hashes and
+writes it on the cache's own thread.
 """
 
 from __future__ import annotations
@@ -68,6 +69,27 @@ class DiskReuse:
         slot.kv[:] = entry.tokens[:n]
         return n
 
+    def persist(self, slot: Slot) -> None:
+        """Snapshot `slot`'s sequence if its last job's state is not saved yet (`Slot.unsaved`).
+        Why deferred: copying a long state out of the context holds the engine thread (about
+        100 ms for 8k tokens of the default model), so every sequence decoding beside a save
+        would wait for it (bench/prefix_cache.py --part neighbour). The Batcher marks a
+        finished job's slot unsaved and calls this when no other job runs (`persist_idle`),
+        just before the slot's cells are cut or dropped for another job, and at close; until
+        then the slot holds the state."""
+        if not slot.unsaved:
+            return
+        slot.unsaved = False
+        try:
+            self.save(slot)
+        except Exception:  # a failed snapshot costs a later prefill, never the engine thread
+            log.exception("[prism] disk cache: snapshot failed")
+
+    def persist_idle(self, slots: list[Slot]) -> None:
+        for slot in slots:
+            if slot.active is None:
+                self.persist(slot)
+
     def save(self, slot: Slot) -> bool:
         """Snapshot `slot`'s sequence for the writer thread when it is worth keeping."""
         import llama_cpp as C
@@ -81,7 +103,7 @@ class DiskReuse:
             return False
         # The ctypes buffer itself goes to the writer: a bytes() copy of it doubled the time the
         # engine thread held the other sequences (bench/prefix_cache.py: ~half of 514 ms).
-        self.cache.save(list(slot.kv), memoryview(buf).cast("B")[:got])
+        self.cache.save(slot.kv, memoryview(buf).cast("B")[:got])  # it copies the tokens
         return True
 
 

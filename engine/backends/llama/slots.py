@@ -96,7 +96,7 @@ class Slot:
     kv: list[int] = field(default_factory=list)
     used_at: float = 0.0  # when its last job ended (LRU among idle slots)
     active: Active | None = None
-    unsaved: bool = False  # its last job's state is not on disk yet (batch.py `_persist`)
+    unsaved: bool = False  # its last job's state is not on disk yet (reuse.py `persist`)
 
 
 @dataclass(eq=False)

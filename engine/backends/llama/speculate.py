@@ -24,17 +24,16 @@ from collections.abc import Iterable
 
 DEFAULT_N = 3
 DEFAULT_MAX = 8
-MIN_DRAFT = 1  # a shorter draft is not tried: on CPU a 2-row step costs about 2 single ones
+
 
 class Drafter:
     """See the module docstring. `extend` as tokens become known; `draft()` before a step;
     `accepted(k)` after it."""
 
     def __init__(self, tokens: Iterable[int] = (), n: int = DEFAULT_N,
-                 max_draft: int = DEFAULT_MAX, min_draft: int | None = None) -> None:
+                 max_draft: int = DEFAULT_MAX) -> None:
         self.n = n
         self.max_draft = max_draft
-        self.min_draft = MIN_DRAFT if min_draft is None else min_draft
         self.length = max_draft  # the next draft's length (adapts to acceptance)
         self.tokens: list[int] = []
         self._last: dict[tuple[int, ...], int] = {}  # n-gram -> where it last ended (exclusive)
@@ -60,9 +59,7 @@ class Drafter:
         at = self._last.get(tuple(toks[-n:]))
         if at is None:
             return []
-        out = toks[at:at + max(self.length, self.min_draft)]
-        if len(out) < self.min_draft:
-            return []
+        out = toks[at:at + self.length]
         self.drafted += len(out)
         return out
 

@@ -255,7 +255,7 @@ def kv_held(eng: LlamaEngine, seq: int) -> tuple[int, int]:
 def test_a_cancel_stops_a_prefill_only_step_mid_chunk_and_leaves_no_garbage(
     default_model: Path,
 ) -> None:
-    from engine.backends.llama.batch import N_BATCH
+    from engine.backends.llama.context import N_BATCH
 
     long_prompt = chatml("Summarise: " + FOX * 300)
     follow_up = chatml("Summarise: " + FOX * 3)  # shares the long prompt's first 30 tokens
@@ -302,7 +302,7 @@ def test_a_cancel_stops_a_prefill_only_step_mid_chunk_and_leaves_no_garbage(
 
 
 def test_a_cancel_never_aborts_a_step_that_another_prompt_is_in(default_model: Path) -> None:
-    from engine.backends.llama.batch import N_BATCH
+    from engine.backends.llama.context import N_BATCH
 
     eng = LlamaEngine(default_model, n_ctx=4096, parallel=2, n_threads=1)
     try:
