@@ -22,7 +22,7 @@ reboot). Disk bytes per 1,000 tokens: the saved file's size over the tokens it h
 The neighbour: a sequence generating 200 tokens (greedy) while another request, Open WebUI's
 tools prompt behind a new ~1,000-token message, ends beside it after 16 tokens, and its whole
 sequence (~8,100 tokens) is saved: snapshotted on the engine thread once nothing decodes beside
-it any more (engine/backends/llama/batch.py `_persist`; before that change, at once, while the
+it any more (engine/backends/llama/reuse.py `persist`; before that change, at once, while the
 neighbour decoded) and written by the writer thread. The same with an engine without the disk
 cache, alternating which goes first each round; the neighbour's decode tokens/s (its first
 token to its last) and its longest gap between two tokens. Both requests' prompts are in their
