@@ -2,6 +2,7 @@
 
     prism stats RECORDING... [--by model|quant|family|template|engine[,...]] [--json]
                 [--requests]
+    prism stats --context RECORDING... [--tokenizer PACK|FILE.gguf] [--json]
 
 Reads the recordings (engine/record/ledger.py) and prints one column per group (by default
 every key: model file, quant, family, template hash, engine): replies, calls, finish reasons,
@@ -17,6 +18,7 @@ import argparse
 import json
 import sys
 
+from app import context_report
 from engine.record.ledger import KEYS, Reply, ledger, read_replies, table
 from engine.record.recording import is_recording
 
@@ -29,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the ledger as JSON")
     p.add_argument("--requests", action="store_true",
                    help="also list every request with its verdict and deciding event")
+    context_report.add_arguments(p)
 
 
 def _by(text: str) -> tuple[str, ...]:
@@ -58,6 +61,8 @@ def render(lines: list[tuple[str, list[str]]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.context:
+        return context_report.run(args)
     try:
         by = _by(args.by)
     except ValueError as e:

@@ -14,13 +14,17 @@ only; reads tracks.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
+from engine.chat.request import ChatRequest
 from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT
-from engine.record import forensics
+from engine.record import context, forensics
 from inspector.tracks import Track
+from widgets.context_panel import ContextPanel
 from widgets.text_pane import TextPane
 from widgets.theme import MUTED, TEXT, formats
 
@@ -32,19 +36,64 @@ CACHE = QTextFormat.Property.UserProperty + 40
 REUSED_BG, HELD_BG, DIFFERS_BG, DIFFERS_FG = "#1f3a2b", "#30343c", "#7a4a12", "#ffd08a"
 
 
+INSERTED_BG, DELETED_BG = "#1f4a2b", "#5a2228"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSource:
+    """What the view needs to count a prompt's parts: the model's tokenizer (`name` says
+    whose), the service's render of a request (to locate tools; None: counted as JSON), and
+    the request shown before a given one (the diff's other side)."""
+
+    tokenize: Callable[[str], list[int]]
+    name: str = ""
+    render: Callable[[ChatRequest], str] | None = None
+    previous: Callable[[Track], Track | None] | None = None
+    detokenize: Callable[[list[int]], str] | None = None
+
+
 class PromptView(QWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.label = QLabel("Prompt")
         self.label.setStyleSheet(f"color: {MUTED}; padding: 2px;")
+        self.label.setWordWrap(True)
+        self.diff_button = QToolButton()
+        self.diff_button.setText("Diff with previous")
+        self.diff_button.setCheckable(True)
+        self.diff_button.setToolTip("Show this prompt against the previous request's, token by "
+                                    "token: what was added, what changed, where the cache's "
+                                    "prefix ends")
+        self.diff_button.toggled.connect(lambda _on: self._redraw())
+        self.context = ContextPanel()
+        self.context.part_chosen.connect(self._show_part)
         self.pane = TextPane(mono=True)
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.addWidget(self.label, 1)
+        head.addWidget(self.diff_button)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
-        lay.addWidget(self.label)
-        lay.addWidget(self.pane)
+        lay.addLayout(head)
+        lay.addWidget(self.context)
+        lay.addWidget(self.pane, 1)
         self.track: Track | None = None
         self._gen = -1
+        self.source: ContextSource | None = None
+        self.breakdown: context.Breakdown | None = None
+        self.diff: context.PromptDiff | None = None
+        self._breakdowns: dict[tuple[str, str, int], context.Breakdown] = {}
+        self.context.setVisible(False)
+
+    def set_context_source(self, source: ContextSource | None) -> None:
+        self.source = source
+        self._breakdowns.clear()
+        self._redraw()
+
+    def _redraw(self) -> None:
+        track, self.track = self.track, None
+        self.show_track(track)
 
     def show_track(self, track: Track | None) -> None:
         if track is self.track and track is not None and track.generation == self._gen:
@@ -52,11 +101,15 @@ class PromptView(QWidget):
         self.track = track
         self._gen = track.generation if track is not None else -1
         self.pane.clear_all()
+        self.diff = None
+        self._count(track)
         if track is None:
             self.label.setText("Prompt")
             return
         if track.released:
             self.label.setText("Prompt released (old request; the list keeps its summary only)")
+            return
+        if self.diff_button.isChecked() and self._show_diff(track):
             return
         prompt = track.prompt
         f = formats()
@@ -92,8 +145,73 @@ class PromptView(QWidget):
         if track.content_specials:
             how = "kept as text" if track.special_escaped else "read as control tokens"
             found = f" · special tokens in message content: {how}"
+        unused = self.breakdown.unused_tools() if self.breakdown is not None else ()
+        never = f" · tools never called: {', '.join(unused)}" if unused else ""
         self.label.setText(f"Prompt · {tokens} · {len(prompt)} chars · {start}"
-                           f" · dialect {track.dialect}{found}{cache}")
+                           f" · dialect {track.dialect}{found}{cache}{never}")
+
+    def _count(self, track: Track | None) -> None:
+        """The breakdown of the track's prompt, counted once per prompt."""
+        src = self.source
+        if track is None or src is None or not track.prompt:
+            self.breakdown = None
+        else:
+            key = (track.source, track.id, len(track.prompt))
+            if key not in self._breakdowns:
+                self._breakdowns[key] = context.of_request(track.prompt, track.request,
+                                                           src.tokenize, src.render)
+            self.breakdown = self._breakdowns[key]
+        self.context.set_breakdown(self.breakdown)
+        self.context.setVisible(self.breakdown is not None)
+
+    def _show_part(self, start: int, end: int) -> None:
+        if self.track is None or self.diff is not None:
+            return
+        c = QTextCursor(self.pane.document())
+        c.setPosition(_qt_pos(self.track.prompt, start))
+        c.setPosition(_qt_pos(self.track.prompt, end), QTextCursor.MoveMode.KeepAnchor)
+        self.pane.setTextCursor(c)
+        self.pane.centerCursor()
+
+    def _show_diff(self, track: Track) -> bool:
+        """Draw the previous request's prompt against this one, token-aligned: equal runs
+        dimmed (long ones folded), inserted tokens on green, removed ones struck on red."""
+        src = self.source
+        other = src.previous(track) if src is not None and src.previous is not None else None
+        if src is None or other is None or not other.prompt:
+            self.label.setText("Prompt · diff: no earlier request with a prompt to compare")
+            return True
+        d = self.diff = context.prompt_diff(other.prompt, track.prompt, src.tokenize)
+        text = src.detokenize or (lambda ids: " ".join(str(i) for i in ids))
+        f = formats()
+        ins, dele = QTextCharFormat(f.plain(TEXT)), QTextCharFormat(f.plain(MUTED))
+        ins.setBackground(QColor(INSERTED_BG))
+        dele.setBackground(QColor(DELETED_BG))
+        dele.setFontStrikeOut(True)
+        self.pane.begin()
+        try:
+            for op in d.ops:
+                if op.tag == "equal":
+                    n = op.a1 - op.a0
+                    shown = list(d.a[op.a0:op.a1])
+                    if n > 48:
+                        self.pane.append(text(shown[:16]), f.plain(MUTED))
+                        self.pane.append(f" …{n - 32} equal tokens… ", f.state("markup"))
+                        shown = shown[-16:]
+                    self.pane.append(text(shown), f.plain(MUTED))
+                    continue
+                if op.a1 > op.a0:
+                    self.pane.append(text(list(d.a[op.a0:op.a1])), dele)
+                if op.b1 > op.b0:
+                    self.pane.append(text(list(d.b[op.b0:op.b1])), ins)
+        finally:
+            self.pane.end_batch()
+        added = sum(op.b1 - op.b0 for op in d.changed)
+        removed = sum(op.a1 - op.a0 for op in d.changed)
+        self.label.setText(f"Prompt · diff with {other.id}: {d.common_prefix} tokens shared "
+                           f"from the start · {added} added · {removed} removed · "
+                           f"{len(d.changed)} change(s)")
+        return True
 
     def _mark_cache(self, track: Track) -> str:
         """Shade what the cache held, mark the first differing token, scroll to it; returns

@@ -142,3 +142,100 @@ def test_without_a_prefix_match_nothing_is_shaded(qtbot):
     assert cache_spans(view) == []
     assert "cache: 12 of 20 reused (12 from disk)" in view.label.text()
     assert "left the cache" not in view.label.text()
+
+
+# --- where the context went -------------------------------------------------------------------
+
+TOOLS = tuple({"type": "function", "function": {
+    "name": n, "description": f"{n} tool.",
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    for n in ("get_weather", "search_web"))
+
+
+@pytest.fixture(scope="module")
+def vocab(default_model):
+    from engine.backends.llama.vocab import Vocab
+
+    v = Vocab(default_model)
+    yield v
+    v.close()
+
+
+def _source(vocab, tracks=()):
+    from engine.chat.request import ChatRequest
+    from widgets.prompt_view import ContextSource
+
+    tpl = resolve_pack("qwen3-xml", require_model=False).chat_template()
+
+    def render(req: ChatRequest) -> str:
+        return tpl.render(req.messages, tools=req.tools, enable_thinking=False)
+
+    def previous(t):
+        i = next(k for k, x in enumerate(tracks) if x is t)
+        return tracks[i - 1] if i else None
+
+    return ContextSource(vocab.tokenize, "smollm2", render, previous, vocab.markup_text), render
+
+
+def _track(render, id: str, messages, tools=TOOLS) -> Track:
+    from engine.chat.request import ChatRequest
+
+    req = ChatRequest(messages=tuple(messages), tools=tools)
+    return Track(id=id, prompt=render(req), request=req, start_state="content")
+
+
+def test_the_context_panel_shows_each_part_and_marks_unused_tools(qtbot, vocab):
+    from widgets.context_panel import UNUSED
+    from widgets.prompt_view import PromptView
+
+    view = PromptView()
+    qtbot.addWidget(view)
+    source, render = _source(vocab)
+    t = _track(render, "r1", [Message("system", "Be brief."), Message("user", "Weather?")])
+    view.show_track(t)
+    assert view.context.isHidden()  # no tokenizer yet: no panel
+    view.set_context_source(source)
+    assert not view.context.isHidden()
+    b = view.breakdown
+    assert b is not None and b.total == len(vocab.tokenize(t.prompt))
+    tree = view.context.parts
+    rows = [tree.topLevelItem(i) for i in range(tree.topLevelItemCount())]
+    labels = [r.text(0) for r in rows]
+    assert sum(int(r.text(2)) for r in rows) == b.total
+    assert f"tool get_weather · {UNUSED}" in labels and f"tool search_web · {UNUSED}" in labels
+    assert "tools never called: get_weather, search_web" in view.label.text()
+    # The bar draws one segment per kind present, spanning its width.
+    view.resize(600, 400)
+    segs = view.context.bar.segments()
+    assert {k for k, _, _ in segs} == {k for k, n in b.by_kind().items() if n}
+    assert abs(segs[-1][2] - view.context.bar.width()) < 1e-6
+    # Clicking a located part selects its text in the prompt.
+    user = next(r for r in rows if r.text(0) == "message 1 (user)")
+    view.context.parts.itemClicked.emit(user, 0)
+    assert view.pane.textCursor().selectedText() == "Weather?"
+
+
+def test_diff_with_previous_shows_what_the_next_turn_added(qtbot, vocab):
+    from widgets.prompt_view import PromptView
+
+    tracks: list[Track] = []
+    source, render = _source(vocab, tracks)
+    first = [Message("user", "What is the capital of France?")]
+    tracks += [_track(render, "r1", first, ()),
+               _track(render, "r2", [*first, Message("assistant", "Paris."),
+                                     Message("user", "And of Spain?")], ())]
+    view = PromptView()
+    qtbot.addWidget(view)
+    view.set_context_source(source)
+    view.show_track(tracks[1])
+    view.diff_button.setChecked(True)
+    d = view.diff
+    assert d is not None and d.common_prefix > 0
+    assert "diff with r1" in view.label.text()
+    shown = view.pane.toPlainText()
+    assert "And of Spain?" in shown and "<|im_start|>" in shown  # specials written out
+    view.diff_button.setChecked(False)
+    assert view.diff is None and view.pane.toPlainText() == tracks[1].prompt
+    view.show_track(tracks[0])
+    view.diff_button.setChecked(True)
+    assert "no earlier request" in view.label.text()

@@ -156,6 +156,14 @@ class Vocab:
             data = b"".join(piece(vocab, int(i), int(i) in self.preserved) for i in ids)
         return data.decode("utf-8", "replace")
 
+    def markup_text(self, ids: Sequence[int]) -> str:
+        """The text of `ids` with every special token written out (`<|im_start|>`), as a
+        prompt shows them: for a diff of two prompts, not for output."""
+        with self._lock:
+            vocab = self._open().vocab
+            data = b"".join(piece(vocab, int(i), True) for i in ids)
+        return data.decode("utf-8", "replace")
+
     def piece(self, tok: int) -> bytes:
         with self._lock:
             return piece(self._open().vocab, tok, tok in self.preserved)
