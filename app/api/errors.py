@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.chat.template import TemplateError
+from engine.grammar.bounds import GrammarTooLarge
 from engine.record.replay import ReplayMiss
 from engine.service import ContextOverflow
 
@@ -123,6 +124,8 @@ def from_exception(exc: BaseException) -> APIError:
     if isinstance(exc, TemplateError):
         # The template refused this conversation (roles out of order, unsupported content).
         return APIError("invalid_request", str(exc), param="messages", code="template_error")
+    if isinstance(exc, GrammarTooLarge):  # a forced call's grammar (engine/grammar/tools.py)
+        return APIError("invalid_request", str(exc), param=exc.path, code="schema_too_large")
     if isinstance(exc, ReplayMiss):
         # No recorded output answers this request: refused before any work is queued, so a
         # stream gets the 400 too, not a 200 that ends in an error event (issue 24, item 1).

@@ -3,7 +3,7 @@
 Owns `ToolChoice` (with `offered`: the tools the prompt declares under it) and `openai`,
 `anthropic`, `responses` (each: the request's value and its tool names -> a ToolChoice, or a
 400 naming the field). Each tool's parameters are checked where the tool is built
-(app/api/convert.py, `function_tool`). Runs on the asyncio loop's thread. Issue 10, item 6.
+(app/api/convert.py, `function_tool`). Runs on the asyncio loop's thread.
 
 What each mode does (engine/service.py applies it): "auto" lets the model decide; "none" drops
 the tools from the prompt; "required" and "function" make the llama engine sample under a
@@ -62,6 +62,10 @@ def _named(name: Any, names: Sequence[str], field: str) -> ToolChoice:
 def _needs_tools(choice: ToolChoice, names: Sequence[str], field: str) -> ToolChoice:
     if choice.mode == "required" and not names:
         raise _bad(f"'{field}' requires a tool call, but the request has no tools", field)
+    if choice.mode == "required" and not any(isinstance(n, str) and n for n in names):
+        # a call names its tool: one named "" can be neither forced nor parsed
+        raise _bad(f"'{field}' requires a tool call, but none of the request's tools has a "
+                   "name", field)
     return choice
 
 

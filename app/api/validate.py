@@ -4,7 +4,7 @@ Owns `parse_json` (request bytes -> a JSON object, refusing what Python's json a
 JSON does not, and what later code cannot handle), `check_tree`, `schema_grammar` (a
 `json_schema` output format's grammar, refusing schemas no value can match), and
 `check_tool_schema` (a tool's `parameters` must be a JSON Schema). Runs on the asyncio loop's
-thread. docs/design.md, section "Hardening"; issue 10, items 5 and 6.
+thread. docs/design.md, section "Hardening".
 
 Why each check (each was a 500 found by fuzzing):
 - NaN / Infinity / -Infinity: Python's json reads them, JSON has no such numbers; a
@@ -20,6 +20,7 @@ Why each check (each was a 500 found by fuzzing):
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 from app.api.errors import APIError
 
 MAX_DEPTH = 64  # JSON levels; a deep tool schema is ~10
+log = logging.getLogger("prism")
 
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -111,11 +113,23 @@ _EMPTY_RULE = re.compile(r"^[\w-]+ ::= *$", re.MULTILINE)
 
 def schema_grammar(schema: dict, field: str) -> str | None:
     """The GBNF grammar for an output schema (None when llama.cpp's converter does not cover
-    it), or a 400 when no value can match the schema: the converter writes an empty rule for
-    `{"enum": []}`, `{"anyOf": []}`, `{"type": []}` wherever they occur."""
-    from engine import grammar
+    it), bounded (engine/grammar/bounds.py: a count too large for a grammar is relaxed and
+    logged), or a 400: when no value can match the schema (the converter writes an empty rule
+    for `{"enum": []}`, `{"anyOf": []}`, `{"type": []}` wherever they occur), or when even the
+    relaxed grammar exceeds the size limit (naming the field and the limit)."""
+    from engine.grammar.bounds import GrammarTooLarge
+    from engine.grammar.json_schema import schema_gbnf
+    from engine.grammar.tools import brief
 
-    gbnf = grammar.from_json_schema(schema)
+    try:
+        got = schema_gbnf(schema, field)
+    except GrammarTooLarge as e:
+        raise _bad(str(e), param=field, code="schema_too_large") from None
+    if got.relaxed:
+        log.warning("[prism] '%s': %d bounds are too large for a grammar and are not enforced "
+                    "while sampling (the output is still checked): %s", field, len(got.relaxed),
+                    brief(got.relaxed))
+    gbnf = got.gbnf
     if gbnf is not None and _EMPTY_RULE.search(gbnf):
         raise _bad(f"'{field}' accepts no value at all (an empty 'enum', 'anyOf' or 'type' "
                    "list), so no output could match it", param=field, code="invalid_schema")

@@ -58,6 +58,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from engine.grammar.bounds import GRAMMAR_BYTES, GrammarTooLarge
 from engine.grammar.writer import PREFIX, Writer, excluding
 from engine.parse.families import REGISTRY, CallGrammar
 
@@ -90,7 +91,9 @@ def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
     """GBNF for a reply that is tool calls only, in `dialect`'s format: to `name` (one call),
     or to any of `tools` (one or more where the family allows and `several`, else one).
     `tokens`: the special tokens (text -> id) the markup references as tokens. Raises
-    ValueError when no tool matches."""
+    ValueError when no tool matches, GrammarTooLarge (a ValueError naming the tool, or
+    `tools`) when the grammar would exceed bounds.GRAMMAR_BYTES. Bounds a schema's grammar
+    cannot keep (bounds.py) are relaxed and logged."""
     fmt = FORMATS[dialect]
     w = Writer(tokens or {})
     calls = []
@@ -98,8 +101,12 @@ def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
         fn = tool.get("function") or {}
         if not fn.get("name") or (name is not None and fn["name"] != name):
             continue
+        w.where = f"tools[{i}] ({fn['name']!r})"
+        before = _size(w)
         w.rules[f"{PREFIX}{i}-call"] = fmt.call(w, i, fn)
         calls.append(f"{PREFIX}{i}-call")
+        if _size(w) - before > GRAMMAR_BYTES:
+            raise GrammarTooLarge(w.where, _size(w) - before)
     if not calls:
         raise ValueError(f"no tool named {name!r}" if name else "no tools to call")
     w.rules[f"{PREFIX}-any"] = " | ".join(calls)
@@ -115,7 +122,25 @@ def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
         body = f"{w.until(closer, f'{PREFIX}-think')} {w.seq(closer + after)} {body}"
     w.rules["root"] = body
     own = "\n".join(f"{k} ::= {v}" for k, v in w.rules.items())
-    return own + "\n" + w.conv.format_grammar()
+    grammar = own + "\n" + w.conv.format_grammar()
+    if len(grammar) > GRAMMAR_BYTES:
+        raise GrammarTooLarge("tools", len(grammar))
+    if w.relaxed:
+        log.warning("[prism] call grammar: %d schema bounds are too large for a grammar and "
+                    "are not enforced while sampling: %s", len(w.relaxed), brief(w.relaxed))
+    return grammar
+
+
+def _size(w: Writer) -> int:
+    """About how long the grammar written so far is (its rules' text)."""
+    return sum(len(v) for v in w.rules.values()) + sum(len(v) for v in w.conv._rules.values())
+
+
+def brief(items: list[str] | tuple[str, ...], most: int = 3, chars: int = 300) -> str:
+    """A few of `items` for a log line, never the whole of a long list."""
+    text = "; ".join(items[:most]) + (f"; and {len(items) - most} more" if len(items) > most
+                                       else "")
+    return text if len(text) <= chars else text[:chars] + "..."
 
 
 def special_ids(engine, texts: Iterable[str]) -> dict[str, int]:
@@ -192,6 +217,9 @@ def request_guard(request, dialect: str, parser, engine=None, default: bool = Tr
     tokens = special_ids(engine, preserved_tokens(dialect)) if engine else {}
     try:
         grammar = forced_call(dialect, request.tools, tokens=tokens, several=False)
+    except GrammarTooLarge as e:
+        log.warning("[prism] tool calls are not guarded for this request: %s", e)
+        return None
     except ValueError:  # no tool has a name
         return None
     return CallGuard(grammar, parser)

@@ -11,16 +11,18 @@ text building on the caller's thread (the service's).
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Mapping
+
+from engine.grammar.bounds import bound
+from engine.grammar.json_schema import converter, gbnf_literal
 
 NL = "\n"
 PREFIX = "tc"  # every rule written here starts with it; the schema converter's rules do not
 
 
 def _lit(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+    return gbnf_literal(text)
 
 
 def _cls(chars: set[str]) -> str:
@@ -77,11 +79,11 @@ class Writer:
     lit = staticmethod(_lit)
 
     def __init__(self, tokens: Mapping[str, int]) -> None:
-        from llama_cpp.llama_grammar import SchemaConverter
-
-        self.conv = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False,
-                                    raw_pattern=False)
+        self.conv = converter()
         self.rules: dict[str, str] = {}
+        self.where = "parameters"  # the schema being written, as the request names it
+        self.relaxed: list[str] = []  # bounds not enforced while sampling (bounds.py)
+        self._bounded: dict[int, dict] = {}  # id(tool function) -> its bounded parameters
         self.tokens = dict(tokens)
         alts = sorted(self.tokens, key=len, reverse=True)  # the longer token wins, as llama.cpp
         self._split = re.compile("|".join(map(re.escape, alts))) if alts else None
@@ -112,9 +114,13 @@ class Writer:
         """The converter's rule for JSON matching `schema` (`fallback`'s where it cannot),
         without the whitespace the converter allows after a value: where the arguments end
         the call (Mistral's), it would be answer text after the call."""
+        bounded = bound(schema, self.where)
+        self.relaxed.extend(bounded.relaxed)
         try:
-            rule = self.conv.visit(self.conv.resolve_refs(copy.deepcopy(schema), name), name)
+            rule = self.conv.visit(self.conv.resolve_refs(copy.deepcopy(bounded.schema), name),
+                                   name)
         except Exception:  # the converter raises assorted errors on schemas it does not cover
+            self.conv._refs_being_resolved = set()  # a failed visit leaves its refs there
             rule = self.conv.visit(fallback, name + "-any")
         body = self.conv._rules.get(rule, "")  # the converter keeps its rules there
         if body.endswith(" space"):
@@ -124,12 +130,18 @@ class Writer:
     # --- what the families' call grammars share --------------------------------------------
 
     def params(self, fn: dict) -> dict:
-        """The tool's `parameters` schema (any object when it declares none)."""
-        return _params(fn)
+        """The tool's `parameters` schema (any object when it declares none), bounded
+        (bounds.py: what a grammar cannot hold is relaxed, and noted in `relaxed`)."""
+        got = self._bounded.get(id(fn))
+        if got is None:
+            bounded = bound(_params(fn), self.where)
+            self.relaxed.extend(bounded.relaxed)
+            got = self._bounded[id(fn)] = bounded.schema
+        return got
 
     def props(self, fn: dict) -> tuple[list[tuple[str, dict]], set[str]]:
         """The declared properties in order, and the required ones."""
-        params = _params(fn)
+        params = self.params(fn)
         props = params.get("properties")
         items = [(k, v if isinstance(v, dict) else {}) for k, v in props.items()] \
             if isinstance(props, dict) else []
@@ -138,7 +150,7 @@ class Writer:
 
     def args(self, i: int, fn: dict) -> str:
         """JSON arguments for the i-th tool, by its schema."""
-        return self.json(_params(fn), f"{PREFIX}{i}-args", {"type": "object"})
+        return self.json(self.params(fn), f"{PREFIX}{i}-args", {"type": "object"})
 
     def raw(self, schema: dict, closer: str) -> str:
         """A raw (string) value: one of its enum, else any text without `closer`."""
@@ -160,7 +172,7 @@ class Writer:
                    f"{self.until(closer)} {self.seq(value_close)}")
             return f"({one})*"
         parts = []
-        for j, (k, schema) in enumerate(items):
+        for j, (k, schema) in enumerate(items):  # bounded with the parameters (`params`)
             raw = _is_raw(schema)
             value = (self.raw(schema, closer) if raw
                      else self.json(schema, f"{PREFIX}{i}-p{j}", {}))

@@ -29,6 +29,7 @@ log = logging.getLogger("prism.llama")
 # llama.cpp warns on ordinary loads too (a context smaller than the trained one, say).
 _LEVELS = {4: logging.WARNING}
 _CONT = 5
+MAX_LINE = 500  # characters of one line kept
 
 _lock = threading.Lock()
 _callback = None  # the ctypes function object: it must outlive every call llama.cpp makes
@@ -46,6 +47,8 @@ def _emit(level: int, text: str) -> None:
             return
         line, lvl = "".join(_pending).rstrip("\n"), _pending_level
         _pending.clear()
+    if len(line) > MAX_LINE:  # a grammar llama.cpp cannot parse comes whole with its error
+        line = f"{line[:MAX_LINE]}... ({len(line):,} characters)"
     if line:
         log.log(lvl, "%s", line)
 
