@@ -5,28 +5,35 @@
                 [--top-logprobs N] [--out FILE|DIR] [--n-ctx N] [--max-tokens N]
 
 `--max-tokens N` caps every re-run reply (a recorded request that asked for fewer keeps its
-own).
+own). `--template F` without `--upstream` renders with F on the local model (the default one,
+or `--model`/`--pack`'s): app/config.py.
 
-Owns `add_arguments`, `run`, `rebuild` (a recorded request as a `ChatRequest` again, with the
-sampling overrides), `rerun_requests`, the loop (and `rerun_session`, the loop over one
-recording), `service_for` (the service an `EngineChoice` names) and `recorder_for` (a rerun's
-recording). The window's *Re-run on…* runs the same loop with the same service on a thread of
-its own (app/gui.py), through the loop's hooks: each request is announced before it is sent,
-each run once sent, and a stop is asked for between tokens. Each request goes through the same
-`Service` that `prism serve` and the window build (app/config.py), so it is rendered with the
-other engine's template, generated, parsed, measured and recorded on the same path. What is
-sent again: the messages, tools, tool_choice, sampling and seed, thinking and every other
-field the request record holds; the request's policy (one call per reply, calls as text) is
-read from those as the first time, so the new `Reading` differs only where the other engine's
-template or family does. The new recording names the one it re-ran (header `rerun_of`) and,
-per request, its original (a `counterpart` record: engine/record/recording.py).
+Owns `add_arguments`, `run`, `read_recording`, `failure_summary`, `exit_status`, `rebuild` (a
+recorded request as a `ChatRequest` again, with the sampling overrides), `rerun_requests`, the
+loop (and `rerun_session`, the loop over one recording), `service_for` (the service an
+`EngineChoice` names) and `recorder_for` (a rerun's recording). The window's *Re-run on…* runs
+the same loop with the same service on a thread of its own (app/gui.py), through the loop's
+hooks: each request is announced before it is sent, each run once sent, and a stop is asked for
+between tokens. Each request goes through the same `Service` that `prism serve` and the window
+build (app/config.py), so it is rendered with the other engine's template, generated, parsed,
+measured and recorded on the same path. What is sent again: the messages, tools, tool_choice,
+sampling and seed, thinking and every other field the request record holds; the request's policy
+(one call per reply, calls as text) is read from those as the first time, so the new `Reading`
+differs only where the other engine's template or family does. The new recording names the one
+it re-ran (header `rerun_of`) and, per request, its original (a `counterpart` record:
+engine/record/recording.py).
 
 Requests run one after the other (`--parallel 1` unless given): a rerun is a measurement,
 and one sequence at a time keeps a seeded request's tokens the same from run to run. Progress
 goes to stderr (requests done / total, tokens/s, ETA); at the end, each pair's change, the
-most changed first (engine/record/compare.py). Ctrl-C cancels the request in flight and keeps
-what was done: every record is on disk as it is written. The loop runs on the caller's thread
-(the main thread here, the window's rerun thread there); the engine generates on its own.
+most changed first (engine/record/compare.py). A request that fails (refused, or ended in an
+error: the upstream unreachable, its 5xx, a cut stream, a timeout) is said on stderr as it
+happens, the rest go on, and a closing line sums the failures up; the exit status says whether
+none, some or all failed (`EXIT_OK` below). A recording cut mid-line (its writer killed) is
+re-run up to the damage, with a warning naming the line. Ctrl-C cancels the request in flight
+and keeps what was done: every record is on disk as it is written. The loop runs on the
+caller's thread (the main thread here, the window's rerun thread there); the engine generates
+on its own.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,9 +57,19 @@ if TYPE_CHECKING:  # `prism parse` shares the parser: the engine loads only for 
     from inspector.rerun import EngineChoice
 
 CANCEL_WAIT_S = 10.0  # after Ctrl-C: how long the cancelled request may take to finish
+# Exit status, for scripts (README, `prism rerun --help`): every request re-ran; some failed
+# (the others re-ran and are recorded); every one failed, or nothing could run (a usage error,
+# a recording, model or template that cannot be read); Ctrl-C.
+EXIT_OK, EXIT_SOME, EXIT_NONE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_STATUS = ("exit status: 0 every request re-ran; 1 some failed (the rest re-ran); 2 every "
+               "request failed (unreachable upstream, HTTP errors, cut streams, timeouts, a "
+               "model that does not load), or nothing ran (a usage error, a recording, model "
+               "or template that cannot be read); 130 interrupted (Ctrl-C). Failures are "
+               "summed up on stderr: 'N of M requests failed: why'.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXIT_STATUS
     p.add_argument("recordings", nargs="+", type=Path, metavar="RECORDING",
                    help="recordings to re-run (prism-session JSONL files)")
     add_engine_arguments(p)
@@ -81,7 +99,11 @@ class Overrides:
 
 @dataclass(frozen=True, slots=True)
 class RerunReport:
-    """One recording re-run: where it went, how many of its requests, and how fast."""
+    """One recording re-run: where it went, how many of its requests, and how fast. `done`
+    counts the requests that finished (stop, length, tool calls); `failed` those the other
+    engine refused before sending (its template, its context); `errored` those sent that
+    ended in an error (an upstream unreachable, its 5xx, a cut stream, a timeout, a model
+    that did not load). `errors`: (original id, why) for each of the last two kinds."""
 
     path: Path | None  # None: not recorded
     done: int
@@ -90,10 +112,17 @@ class RerunReport:
     seconds: float  # from submission to finish, summed over the requests
     failed: int = 0
     interrupted: bool = False
+    errored: int = 0
+    errors: tuple[tuple[str, str], ...] = ()
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def unsuccessful(self) -> int:
+        """Requests that did not re-run: refused before sending, or ended in an error."""
+        return self.failed + self.errored
 
 
 def rebuild(rec: RecordedRequest, overrides: Overrides = Overrides()) -> ChatRequest:
@@ -146,7 +175,9 @@ def rerun_requests(service: Service, requests: Sequence[RecordedRequest],
     """Send each request to `service`, one at a time, naming each new request's original in
     `recorder` (the service's; None: not recorded). A request the other engine refuses (its
     template fails, or the prompt does not fit its context) is counted as failed and skipped
-    (a template's refusal is recorded, and named, all the same: engine/service.py).
+    (a template's refusal is recorded, and named, all the same: engine/service.py); one that
+    ends in an error is counted as errored, its reason said on `progress`, and the loop goes
+    on to the next.
 
     Hooks, on this thread: `before(original, request)` just before a request is sent (the
     window links the track its run makes to the original by it), `sent(run)` once it is,
@@ -157,7 +188,8 @@ def rerun_requests(service: Service, requests: Sequence[RecordedRequest],
     from engine.service import ContextOverflow
 
     total = len(requests)
-    done = failed = tokens = 0
+    done = failed = errored = tokens = 0
+    errors: list[tuple[str, str]] = []
     seconds = 0.0
     started = time.perf_counter()
     interrupted = False
@@ -175,6 +207,7 @@ def rerun_requests(service: Service, requests: Sequence[RecordedRequest],
                 run = service.submit(request)
             except (TemplateError, ContextOverflow) as e:
                 failed += 1
+                errors.append((rec.id, str(e)))
                 refused = getattr(e, "request_id", "")  # recorded: name its original too
                 if refused and recorder is not None:
                     recorder.counterpart(refused, rec.id)
@@ -192,11 +225,18 @@ def rerun_requests(service: Service, requests: Sequence[RecordedRequest],
                     stopped is not None and stopped():
                 interrupted = True  # the caller cancelled it: a stop, not a request done
                 break
+            if run.finish is not None and run.finish.reason == "error":
+                errored += 1
+                why = run.finish.error or "the engine reported an error"
+                errors.append((rec.id, why))
+                if progress is not None:
+                    progress(f"rerun: {rec.id} failed: {why}")
+                continue
             done += 1
             tokens += len(run.tokens)
             seconds += time.perf_counter() - t0
             if progress is not None:
-                progress(progress_line(done, total, tokens, seconds,
+                progress(progress_line(done + failed + errored, total, tokens, seconds,
                                        time.perf_counter() - started))
         except KeyboardInterrupt:
             interrupted = True
@@ -205,7 +245,7 @@ def rerun_requests(service: Service, requests: Sequence[RecordedRequest],
                 run.wait(CANCEL_WAIT_S)  # its finish record ("cancelled") is written then
             break
     return RerunReport(recorder.path if recorder is not None else None, done, total, tokens,
-                       seconds, failed, interrupted)
+                       seconds, failed, interrupted, errored, tuple(errors))
 
 
 def service_for(choice: EngineChoice, *, parallel: int = 1) -> Service:
@@ -254,20 +294,6 @@ def _out_path(args: argparse.Namespace, source: Path) -> Path | None:
     return args.out / f"{source.stem}.rerun.jsonl"
 
 
-def _with_template(service: Service, args: argparse.Namespace) -> Service:
-    """--template without --upstream: the local model renders with that template."""
-    from app.preflight import check_template
-    from engine.service import Service
-
-    try:
-        text = args.template.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SystemExit(f"prism rerun: cannot read --template {args.template}: {e}") from None
-    pack = check_template(dataclasses.replace(service.pack, template=text, tool_template="",
-                                              template_origin=str(args.template)))
-    return Service(service.engine, pack, metrics=service.metrics)
-
-
 def _status(stream: TextIO) -> Callable[[str], None]:
     """Progress on a terminal rewrites one line; anywhere else, one line each."""
     tty = stream.isatty()
@@ -275,36 +301,87 @@ def _status(stream: TextIO) -> Callable[[str], None]:
     def say(line: str) -> None:
         if tty and line.startswith("rerun: ") and "/" in line.split()[1]:
             stream.write("\r" + line + "\x1b[K")
-        else:
-            stream.write(line + "\n")
+        else:  # on a terminal, over the progress line: it is rewritten below this one
+            stream.write(("\r\x1b[K" if tty else "") + line + "\n")
         stream.flush()
 
     return say
 
 
+def read_recording(path: Path, say: Callable[[str], None]) -> Session:
+    """A recording to re-run. One damaged past its header (its writer killed mid-line) gives
+    the requests before the damage, with a warning naming the line, as `prism stats` and
+    replay read it; a file that is no recording at all is refused."""
+    from engine.record.recording import RecordingError, read_session
+
+    try:
+        return read_session(path)
+    except OSError as e:
+        raise SystemExit(f"prism rerun: cannot read {path}: {e.strerror or e}") from None
+    except RecordingError as e:
+        if e.line <= 1:
+            raise SystemExit(f"prism rerun: cannot read {path}: {e}") from None
+        n = len(e.partial.requests)
+        say(f"prism rerun: warning: {path}: {e}; re-running the {n} request"
+            f"{'' if n == 1 else 's'} before line {e.line}")
+        return e.partial
+
+
+def failure_summary(errors: Sequence[tuple[str, str]], total: int, shown: int = 3) -> str:
+    """The closing line when requests failed: how many of how many, and why (the commonest
+    reasons first, each with its count)."""
+    counts = Counter(why for _, why in errors)
+    parts = [why if k == 1 else f"{why} (x{k})" for why, k in counts.most_common(shown)]
+    more = len(counts) - shown
+    return (f"prism rerun: {len(errors)} of {total} requests failed: " + "; ".join(parts)
+            + (f"; and {more} other reason{'' if more == 1 else 's'}" if more > 0 else ""))
+
+
+def exit_status(failed: int, total: int) -> int:
+    """EXIT_OK when every request re-ran, EXIT_SOME when some failed, EXIT_NONE when all did."""
+    if not failed:
+        return EXIT_OK
+    return EXIT_NONE if failed >= total else EXIT_SOME
+
+
+def _loaded(service: Service) -> None:
+    """A local model loads on the engine's thread: one llama.cpp refuses is said now, once,
+    not as every request's failure."""
+    engine = service.engine
+    ready = getattr(engine, "ready", None)
+    if ready is None or getattr(engine, "base", ""):  # an upstream: each request says
+        return
+    ready.wait()
+    if engine.load_error:
+        engine.close()
+        raise SystemExit(f"prism rerun: cannot load the model: {engine.load_error}")
+
+
 def run(args: argparse.Namespace) -> int:
+    """The verb; its exit status is documented at EXIT_OK. A reason given as SystemExit
+    (a usage error, a recording, model or template that cannot be read) is one line on
+    stderr and EXIT_NONE: nothing re-ran."""
+    try:
+        return _run(args)
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        print(e.code, file=sys.stderr, flush=True)
+        return EXIT_NONE
+
+
+def _run(args: argparse.Namespace) -> int:
     _engine_named(args)
     from app.config import build_service
     from engine.record.compare import compare_sessions
-    from engine.record.recording import RecordingError, read_session
+    from engine.record.recording import read_session
 
-    sessions = []
-    for path in args.recordings:
-        try:
-            sessions.append((path, read_session(path)))
-        except (OSError, RecordingError) as e:
-            raise SystemExit(f"prism rerun: cannot read {path}: {e}") from None
-    args.no_record = True  # the rerun records to a file of its own, naming the original
-    # `--template` is the upstream's option; for a local model the pack renders with it.
-    template, args.template = args.template, args.template if args.upstream else None
-    if not (args.model or args.pack or args.upstream):
-        args.pack = "smollm2"  # --template alone: the default model with that template
-    service = build_service(args)
-    args.template = template
-    if template is not None and not args.upstream:
-        service = _with_template(service, args)
     say = _status(sys.stderr)
-    status = 0
+    sessions = [(path, read_recording(path, say)) for path in args.recordings]
+    args.no_record = True  # the rerun records to a file of its own, naming the original
+    service = build_service(args)  # --template without --upstream: the local model's
+    _loaded(service)
+    total, errors, status = 0, [], EXIT_OK
     try:
         for path, session in sessions:
             recorder = recorder_for(service, _out_path(args, path), str(path.resolve()))
@@ -317,10 +394,12 @@ def run(args: argparse.Namespace) -> int:
                     progress=say)
             finally:
                 recorder.close()
+            total += report.total
+            errors += report.errors
             sys.stderr.write("\n" if sys.stderr.isatty() else "")
             print(f"prism rerun: {path} → {report.path}: {report.done}/{report.total} "
                   f"requests, {report.tokens} tokens, {report.tokens_per_s:.1f} tok/s"
-                  + (f", {report.failed} not sent" if report.failed else ""),
+                  + (f", {report.unsuccessful} failed" if report.unsuccessful else ""),
                   file=sys.stderr, flush=True)
             for c in compare_sessions(session, read_session(report.path, strict=False),
                                       ("was", "now")):
@@ -328,8 +407,10 @@ def run(args: argparse.Namespace) -> int:
             if report.interrupted:
                 print("prism rerun: interrupted; the requests done are kept in "
                       f"{report.path}", file=sys.stderr, flush=True)
-                status = 130
+                status = EXIT_INTERRUPTED
                 break
     finally:
         service.engine.close()
-    return status
+    if errors:
+        print(failure_summary(errors, total), file=sys.stderr, flush=True)
+    return status or exit_status(len(errors), total)

@@ -1,7 +1,8 @@
 """The GGUF reader: a model file's key/value metadata, nothing else.
 
-Owns `read_gguf_metadata`, `GGUFError` and `quant_name` (a `general.file_type` as llama.cpp
-names it). It parses the key/value header only (through mmap, so
+Owns `read_gguf_metadata`, `GGUFError`, `check_complete` (the tensors' data lies within the
+file: a cut download is named before llama.cpp is asked to load it) and `quant_name` (a
+`general.file_type` as llama.cpp names it). It parses the header only (through mmap, so
 a 250 MB model costs a few page reads) and skips arrays except those asked for (the token list).
 Standard library only, no state; any thread may call it (startup reads the pack's GGUF, the llama
 backend its KV shape). At the bottom of engine's layers: the packs, the KV plan and the doctor
@@ -65,26 +66,76 @@ class _Reader:
         return None
 
 
+def _header(r: _Reader, path: str | Path, arrays: tuple[str, ...]) -> tuple[int, dict]:
+    """(tensor count, metadata), the reader left at the first tensor info."""
+    if bytes(r.buf[:4]) != b"GGUF":
+        raise GGUFError(f"{path} is not a GGUF file")
+    r.pos = 4
+    version = r.unpack("<I")
+    if version < 2:
+        raise GGUFError(f"{path}: GGUF version {version} is too old")
+    tensors = r.unpack("<Q")
+    meta: dict[str, Any] = {}
+    for _ in range(r.unpack("<Q")):
+        key = r.string()
+        meta[key] = r.value(r.unpack("<I"), key in arrays)
+    return tensors, meta
+
+
 def read_gguf_metadata(path: str | Path, arrays: tuple[str, ...] = ()) -> dict[str, Any]:
     """The GGUF's key/value metadata. Arrays are skipped (value None) unless named in `arrays`.
     Raises GGUFError when the file is not a readable GGUF."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            r = _Reader(buf)
-            if bytes(buf[:4]) != b"GGUF":
-                raise GGUFError(f"{path} is not a GGUF file")
-            r.pos = 4
-            version = r.unpack("<I")
-            if version < 2:
-                raise GGUFError(f"{path}: GGUF version {version} is too old")
-            r.unpack("<Q")  # tensor count
-            meta: dict[str, Any] = {}
-            for _ in range(r.unpack("<Q")):
-                key = r.string()
-                meta[key] = r.value(r.unpack("<I"), key in arrays)
-            return meta
+            return _header(_Reader(buf), path, arrays)[1]
     except (OSError, ValueError, struct.error) as exc:
         raise GGUFError(f"cannot read GGUF metadata from {path}: {exc}") from exc
+
+
+# --- completeness -----------------------------------------------------------------------------
+# After the metadata: per tensor a string name, u32 n_dims, n_dims u64 dims, u32 ggml type and
+# a u64 offset into the data, which starts at the next multiple of `general.alignment` (32).
+# A tensor's size is its element count / block size * bytes per block (ggml's type traits, as
+# gguf-py's GGML_QUANT_SIZES lists them; Q8_1 as ggml has it now, two halves and 32 bytes);
+# a type not listed here counts only its offset, so the check never refuses a file that fits.
+_BLOCKS = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+    15: (256, 292), 16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18),
+    21: (256, 110), 22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4),
+    27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66),
+    39: (32, 17), 40: (64, 36), 41: (128, 18),
+}
+
+
+def check_complete(path: str | Path) -> None:
+    """Raise GGUFError when the file is not a readable GGUF or is shorter than its tensors'
+    data (a download or copy cut short): llama.cpp would refuse it only after reading it."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            r = _Reader(buf)
+            tensors, meta = _header(r, path, ())
+            if not tensors:
+                return  # metadata alone (a vocabulary file): nothing to cut short
+            end = 0
+            for _ in range(tensors):
+                r.string()
+                dims = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
+                ggml_type, offset = r.unpack("<I"), r.unpack("<Q")
+                block, size = _BLOCKS.get(ggml_type, (1, 0))
+                count = 1
+                for d in dims:
+                    count *= d
+                end = max(end, offset + count // block * size)
+            align = meta.get("general.alignment")
+            align = align if isinstance(align, int) and align > 0 else 32
+            need = -(-r.pos // align) * align + end
+            have = len(buf)
+    except (OSError, ValueError, struct.error) as exc:
+        raise GGUFError(f"cannot read GGUF {path}: {exc}") from exc
+    if have < need:
+        raise GGUFError(f"{path} is truncated: {have:,} bytes of the {need:,} its tensors take "
+                        "(a download or copy cut short?)")
 
 
 # --- quantization -----------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """app/cli.py: the verbs' dispatcher as a user runs it: --version, --help's usage naming every
 verb, and a usage error (a port out of range) as one line on stderr with status 2, never a
-traceback."""
+traceback; nor is a model file cut short."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -49,3 +50,17 @@ def test_help_names_every_verb_in_its_usage_line(monkeypatch):
     monkeypatch.setitem(cli.VERBS, "later", ("app.later", "a verb added later"))
     assert cli._usage().splitlines()[0].startswith(f"usage: prism [{'|'.join(cli.VERBS)}]")
     assert "|later]" in cli._usage().splitlines()[0]
+
+
+@pytest.mark.parametrize("verb", ["serve", "gui"])
+def test_a_truncated_model_is_one_line_naming_it_not_a_traceback(verb, default_model, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    with default_model.open("rb") as src:
+        cut.write_bytes(src.read(default_model.stat().st_size // 2))
+    r = subprocess.run([sys.executable, "-m", "app", verb, "--model", str(cut), "--port", "0",
+                        "--no-record"], cwd=ROOT, text=True, capture_output=True, timeout=120,
+                       env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and "llama_model_load" not in r.stderr
+    assert r.stderr.splitlines()[-1].startswith(f"prism: cannot load the model: {cut} is "
+                                                "truncated: ")

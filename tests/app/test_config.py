@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
+
+import httpx
+import pytest
 
 from app.config import add_engine_arguments, context_size
 from engine.chat.packs import load_pack
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def args(*argv: str) -> argparse.Namespace:
@@ -72,3 +82,90 @@ def test_the_flash_attention_flag():
     add_engine_arguments(p)
     assert p.parse_args([]).flash_attn == "auto"  # as llama-server's -fa
     assert p.parse_args(["--flash-attn", "off"]).flash_attn == "off"
+
+
+# -- --template without --upstream: the local model renders with it --------------------------
+
+CUSTOM = ("{%- for m in messages %}<|im_start|>{{ m.role }}\nPRISM-CUSTOM {{ m.content }}"
+          "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+          "{% endif %}")
+
+
+def test_template_replaces_the_local_pack_s_own(tmp_path: Path):
+    from app.config import resolve
+    from engine.chat.request import Message
+
+    path = tmp_path / "custom.jinja"
+    path.write_text(CUSTOM, encoding="utf-8")
+    default = load_pack("smollm2")
+    pack = resolve(args("--template", str(path)))
+    assert (pack.template, pack.template_origin, pack.gguf) == (CUSTOM, str(path), default.gguf)
+    assert pack.chat_template().render((Message("user", "Hi"),)) == \
+        "<|im_start|>user\nPRISM-CUSTOM Hi<|im_end|>\n<|im_start|>assistant\n"
+    # No --pack: the family is the template's own (it marks none); with --pack, the pack's.
+    assert (pack.dialect, pack.dialect_origin) == ("auto", "no family marker in the chat template")
+    kept = resolve(args("--pack", "smollm2", "--template", str(path)))
+    assert (kept.template, kept.dialect) == (CUSTOM, default.dialect)
+
+
+def test_a_template_that_cannot_be_used_stops_start_up_naming_the_file(tmp_path: Path):
+    from app.config import resolve
+
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}\n{{ m.content }}\n{{ nope() }}{% endfor %}",
+                   encoding="utf-8")
+    with pytest.raises(SystemExit, match=re.escape(
+            f"prism: the chat template ({bad}) fails on a one-message conversation: line 3: "
+            "'nope' is undefined\n     3 | {{ nope() }}")):
+        resolve(args("--template", str(bad)))
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}\n{{ m.content }\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=re.escape(
+            f"prism: the chat template ({broken}) does not compile: line 2: ")):
+        resolve(args("--template", str(broken)))
+    with pytest.raises(SystemExit, match=r"^prism: cannot read --template "):
+        resolve(args("--template", str(tmp_path / "missing.jinja")))
+
+
+def _serve(*argv: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PRISM_API_KEY", None)
+    return subprocess.Popen([sys.executable, "-m", "app", "serve", *argv], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_prism_serve_with_a_bad_template_and_no_upstream_refuses_to_start(tmp_path: Path):
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{{ messages[0].content | nosuchfilter }}", encoding="utf-8")
+    proc = _serve("--template", str(bad), "--port", "0", "--no-record")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert f"prism: the chat template ({bad}) does not compile: line 1: No filter named " \
+        "'nosuchfilter'." in err
+    assert "serving" not in err and "Traceback" not in err
+
+
+@pytest.mark.model
+def test_prism_serve_renders_with_the_template_on_the_local_model(default_model, tmp_path):
+    from tests.engine.backends.upstream.scripted_upstream import free_port
+    from tests.support import wait_healthy
+
+    path = tmp_path / "custom.jinja"
+    path.write_text(CUSTOM, encoding="utf-8")
+    port, record = free_port(), tmp_path / "rec.jsonl"
+    proc = _serve("--template", str(path), "--port", str(port), "--record-to", str(record),
+                  "--n-ctx", "512", "--parallel", "1", "--threads", "1")
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            wait_healthy(http, proc, 120)
+            assert http.get("/props").json()["chat_template"] == CUSTOM
+            ok = http.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        assert ok.status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    from engine.record.recording import read_session
+
+    (req,) = read_session(record).requests
+    assert req.prompt == "<|im_start|>user\nPRISM-CUSTOM Hi<|im_end|>\n<|im_start|>assistant\n"

@@ -298,3 +298,113 @@ def test_the_window_s_engine_choice_builds_prism_rerun_s_service(tmp_path):
         service_for(EngineChoice("pack", "nope"))
     with pytest.raises((SystemExit, OSError, ValueError)):
         service_for(EngineChoice("model", str(tmp_path / "missing.gguf")))
+
+
+# -- failures, damaged recordings and a model cut short: the exit status says -----------------
+
+
+def _asked(tmp_path: Path, *asks: str, name: str = "orig.jsonl") -> Path:
+    path = tmp_path / name
+    with Recorder(path, model="m", pack="smollm2") as rec:
+        for k, ask in enumerate(asks):
+            rec.request(f"o{k}", ChatRequest(messages=(Message("user", ask),), max_tokens=4),
+                        "")
+    return path
+
+
+async def _by_prompt(req, reply) -> None:
+    """The scripted upstream's answer to each ask: a reply, a 500, a stream cut after one
+    token, or a stall past the rerun's --upstream-timeout."""
+    import asyncio
+
+    from tests.engine.backends.upstream.scripted_upstream import chunk, stream_texts
+
+    prompt = req.body.get("prompt", "")
+    if "FAIL500" in prompt:
+        await reply.json(500, {"error": {"message": "CUDA error: out of memory", "type": "x"}})
+    elif "CUT" in prompt:
+        await reply.start_stream()
+        await reply.event(chunk("Half"))
+        reply.cut()
+    elif "STALL" in prompt:
+        await reply.start_stream()
+        await asyncio.sleep(60)  # cancelled when the upstream stops
+    else:
+        await stream_texts(reply, ["Fine", "."])
+
+
+def _rerun(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "app", "rerun", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_some_requests_failing_is_status_1_with_each_reason_and_a_summary(tmp_path: Path):
+    from tests.engine.backends.upstream.scripted_upstream import ScriptedUpstream
+
+    original = _asked(tmp_path, "Say hi.", "FAIL500 now", "CUT now", "STALL now")
+    out = tmp_path / "again.jsonl"
+    with ScriptedUpstream(_by_prompt) as up:
+        r = _rerun(str(original), "--upstream", up.url, "--pack", "smollm2",
+                   "--upstream-timeout", "2", "--out", str(out))
+    assert r.returncode == 1, r.stderr
+    err = r.stderr.splitlines()
+    assert any(line.startswith("rerun: o1 failed: ") and "CUDA error: out of memory" in line
+               for line in err)
+    assert any(line.startswith("rerun: o2 failed: ") and "cut the stream after 1 tokens" in line
+               for line in err)
+    assert any(line.startswith("rerun: o3 failed: ") and "timed out" in line for line in err)
+    assert "1/4 requests" in r.stderr and ", 3 failed" in r.stderr
+    assert err[-1].startswith("prism rerun: 3 of 4 requests failed: ")
+    # Every request was sent, and the recording keeps how each ended.
+    again = read_session(out)
+    assert [(q.counterpart, q.finish) for q in again.requests] == \
+        [("o0", "stop"), ("o1", "error"), ("o2", "error"), ("o3", "error")]
+
+
+def test_every_request_failing_is_status_2(tmp_path: Path):
+    from tests.engine.backends.upstream.scripted_upstream import free_port
+
+    original = _asked(tmp_path, "Say hi.", "Say bye.")
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    r = _rerun(str(original), "--upstream", url, "--pack", "smollm2",
+               "--out", str(tmp_path / "again.jsonl"))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines()[-1] == \
+        f"prism rerun: 2 of 2 requests failed: could not reach the upstream {url}: " \
+        "All connection attempts failed (x2)"
+
+
+def test_a_recording_cut_mid_line_reruns_what_precedes_the_damage(tmp_path: Path):
+    from tests.engine.backends.upstream.scripted_upstream import ScriptedUpstream
+
+    original = _asked(tmp_path, "Say hi.", "Say bye.", "Say nothing.")
+    data = original.read_bytes()
+    original.write_bytes(data[:-30])  # what a writer killed mid-line leaves: half a record
+    out = tmp_path / "again.jsonl"
+    with ScriptedUpstream(_by_prompt) as up:
+        r = _rerun(str(original), "--upstream", up.url, "--pack", "smollm2", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"prism rerun: warning: {original}: line 4: truncated record (the file ends " \
+        "mid-line, was the writer killed?); re-running the 2 requests before line 4" in r.stderr
+    assert "failed" not in r.stderr
+    assert [q.counterpart for q in read_session(out).requests] == ["o0", "o1"]
+
+
+def test_a_truncated_model_is_one_line_naming_it_and_status_2(default_model, tmp_path: Path):
+    cut = tmp_path / "cut.gguf"
+    with default_model.open("rb") as src:
+        cut.write_bytes(src.read(default_model.stat().st_size // 2))
+    r = _rerun(str(_asked(tmp_path, "Say hi.")), "--model", str(cut))
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1].startswith(f"prism: cannot load the model: {cut} is "
+                                                "truncated: ")
+
+
+def test_help_documents_the_exit_status():
+    r = _rerun("--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "exit status: 0 every request re-ran; 1 some failed (the rest re-ran); 2 every " \
+        "request failed" in text
