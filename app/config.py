@@ -1,8 +1,10 @@
 """Engine options shared by the `gui` and `serve` verbs, and the wiring they imply.
 
 Owns `add_engine_arguments()` and `build_service()`: which pack (built-in name, directory, or
-`--model FILE.gguf`), which engine (llama.cpp or replay), and the metrics and recorder that
-every request goes through. Runs on the main thread at start-up.
+`--model FILE.gguf`, its template replaced by `--template FILE`: `with_template`), which engine
+(llama.cpp or replay), and the metrics and recorder that every request goes through. A model
+file or template that cannot be used stops start-up in one line (app/preflight.py). Runs on
+the main thread at start-up.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from app import upstream
-from app.preflight import check_template
+from app.preflight import check_model, check_renders, check_template
 from engine.backends.llama.kv_plan import KVLayout, plan_context, plan_kv
 from engine.chat.detect import preserved_tokens
-from engine.chat.packs import Pack, PackError, resolve_pack
+from engine.chat.packs import Pack, PackError, pack_from_template, resolve_pack
 from engine.metrics import Metrics
 from engine.parse import families as dialects
 from engine.record.model_info import LOCAL, REPLAY, describe
@@ -70,7 +73,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: the user's cache folder, prism/kv)")
     p.add_argument("--cache-size", type=byte_size, default=None, metavar="SIZE",
                    help="the most the disk prompt cache may hold, least recently used going "
-                   "first: bytes or 512M, 4G (default 4G)")
+                   "first: bytes or 512M, 4G (default 4G; 0 turns it off, as --no-disk-cache)")
     p.add_argument("--no-disk-cache", action="store_true",
                    help="do not save or load KV prefixes on disk")
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto",
@@ -115,8 +118,9 @@ def byte_size(text: str) -> int:
 
 
 def disk_cache_dir(args: argparse.Namespace) -> Path | None:
-    """Where the disk prompt cache lives, or None when it is off."""
-    if getattr(args, "no_disk_cache", False):
+    """Where the disk prompt cache lives, or None when it is off (--no-disk-cache, or a
+    --cache-size of 0: room for nothing, not the default size)."""
+    if getattr(args, "no_disk_cache", False) or getattr(args, "cache_size", None) == 0:
         return None
     if args.cache_dir is not None:
         return args.cache_dir
@@ -154,14 +158,43 @@ def context_size(args: argparse.Namespace, pack: Pack) -> tuple[int, bool]:
 
 
 def resolve(args: argparse.Namespace):
-    """The pack these arguments name; replays need only its template."""
+    """The pack these arguments name; replays need only its template. `--template FILE`
+    replaces the pack's template; a model file that is cut short stops here, named."""
     name = args.pack or (REPLAY_PACK if args.replay and not args.model else None)
     try:
         pack = resolve_pack(name, args.model, require_model=not args.replay,
                             dialect=args.dialect)
     except PackError as e:
         raise SystemExit(f"prism: {e}") from None
-    return check_template(pack)  # before the model loads: a broken template fails at once
+    if getattr(args, "template", None) is not None:
+        pack = with_template(pack, args.template, keep_family=bool(args.pack),
+                             dialect=args.dialect)
+    else:
+        pack = check_template(pack)  # before the model loads: a broken template fails at once
+    if not args.replay and pack.gguf is not None:
+        check_model(pack.gguf)
+    return pack
+
+
+def with_template(pack: Pack, path: Path, *, keep_family: bool, dialect: str | None) -> Pack:
+    """The local model rendering with the template in `path` (`--template FILE` without
+    `--upstream`). With `--pack` (keep_family) the pack's family (dialect, thinking, stop
+    strings) stays, as with `--upstream --pack P --template F`; otherwise it is detected from
+    the given template, as for a GGUF's own. The template must compile and render a
+    one-message conversation, or start-up stops naming the file and the line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"prism: cannot read --template {path}: {e}") from None
+    if keep_family:
+        pack = replace(pack, template=text, tool_template="", template_origin=str(path))
+    else:
+        found = pack_from_template(pack.name, text, str(path), bos_token=pack.bos_token,
+                                   eos_token=pack.eos_token)
+        pack = replace(found, gguf=pack.gguf, n_ctx=pack.n_ctx, description=pack.description)
+    if dialect:
+        pack = replace(pack, dialect=dialect, dialect_origin="--dialect")
+    return check_renders(pack)
 
 
 def replay_tokenizer(pack: Pack):
@@ -209,13 +242,16 @@ def build_service(args: argparse.Namespace) -> Service:
         if pack.gguf is None:
             raise SystemExit(f"prism: pack {pack.name!r} names no GGUF; use --model FILE.gguf")
         n_ctx, kv_unified = context_size(args, pack)
-        engine = LlamaEngine(pack.gguf, n_ctx=n_ctx, kv_unified=kv_unified,
-                             n_gpu_layers=args.n_gpu_layers,
-                             n_threads=args.threads, parallel=args.parallel,
-                             preserved=preserved_tokens(pack.dialect),
-                             cache_dir=disk_cache_dir(args), cache_size=args.cache_size,
-                             speculate=args.speculate == "ngram",
-                             flash_attn=args.flash_attn)
+        try:
+            engine = LlamaEngine(pack.gguf, n_ctx=n_ctx, kv_unified=kv_unified,
+                                 n_gpu_layers=args.n_gpu_layers,
+                                 n_threads=args.threads, parallel=args.parallel,
+                                 preserved=preserved_tokens(pack.dialect),
+                                 cache_dir=disk_cache_dir(args), cache_size=args.cache_size,
+                                 speculate=args.speculate == "ngram",
+                                 flash_attn=args.flash_attn)
+        except (OSError, ValueError) as e:  # llama.cpp refused the file (its vocabulary)
+            raise SystemExit(f"prism: cannot load the model {pack.gguf}: {e}") from None
     recorder = None
     if not args.no_record:
         # No --record-to: the Recorder picks a new file of its own (exclusive create, 0600 in
