@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse
 from pydantic import model_validator
 
 from app.api import runs
+from app.api.admission import Ticket
 from app.api.convert import Lenient, read_body, sampling, stop_tuple
 from app.api.errors import APIError, openai_error_body
 from app.api.sse import data_line, dumps, sse_response
@@ -175,13 +176,17 @@ def logprobs_of(tokens: list[Token], offset: int) -> dict[str, Any]:
 
 
 async def submit(state: AppState, body: CompletionBody) -> RawRun:
+    """Admit the request (app/api/admission.py: 429 past --max-queue, counted from now),
+    tokenize its prompt in a worker thread and queue its job."""
+    ticket = state.admission.admit(state)
+    try:
+        return await _queue(state, body, ticket)
+    finally:
+        ticket.release()  # refused or cancelled before its job was queued (else a no-op)
+
+
+async def _queue(state: AppState, body: CompletionBody, ticket: Ticket) -> RawRun:
     engine = state.service.engine
-    depth = engine.queue_depth()
-    if depth >= state.config.max_queue:
-        raise APIError("rate_limit", f"{depth} requests are already waiting for the model "
-                       f"(the limit is {state.config.max_queue}); retry later",
-                       code="rate_limit_exceeded",
-                       headers={"Retry-After": str(runs.retry_after(state, depth))})
     prompt = body.text
     ids = await asyncio.to_thread(engine.tokenize, prompt)
     n_ctx, n_prompt = engine.n_ctx, len(ids)
@@ -213,7 +218,8 @@ async def submit(state: AppState, body: CompletionBody) -> RawRun:
 
         job.on_token, job.on_finish = counted_token, counted_finish
         metrics.request_started(run.id, "completions", engine.name, n_prompt)
-    engine.submit(job)
+    with ticket.handing():  # counted by the engine's queue from here on
+        engine.submit(job)
     return run
 
 

@@ -12,6 +12,8 @@ type and name and empty arguments, tool_args -> the same index with an arguments
 Markup and anomalies send nothing. `finish_reason` is "tool_calls" exactly when a call
 completed, else "stop" or "length". The hot path (one chunk per reasoning/content event) is
 a preformatted prefix + one JSON string + suffix, not a dict round trip through json.
+`logprobs`/`top_logprobs` (0-20): each content chunk, and the whole reply, carries its content
+tokens' logprobs in OpenAI's chat shape (app/api/chat_logprobs.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pydantic import StrictBool
 
 from app.api import runs
 from app.api import tool_choice as choices
+from app.api.chat_logprobs import MAX_TOP_LOGPROBS, ContentTokens, engine_top
 from app.api.convert import (
     Lenient,
     continues,
@@ -110,6 +113,13 @@ class ChatBody(Lenient):
     response_format: dict | None = None
     continue_final_message: bool | None = None  # vLLM
     add_generation_prompt: bool | None = None  # vLLM, llama.cpp
+    logprobs: StrictBool | None = None
+    top_logprobs: int | None = None
+
+    @property
+    def logprobs_k(self) -> int | None:
+        """Alternatives per content token the reply lists; None: no `logprobs` at all."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 def convert_messages(body: ChatBody) -> tuple[Message, ...]:
@@ -147,6 +157,12 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
     max_tokens = getattr(body, limit)
     if max_tokens is not None and max_tokens < 1:
         raise APIError("invalid_request", f"'{limit}' must be at least 1", param=limit)
+    if body.top_logprobs is not None and not 0 <= body.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise APIError("invalid_request", f"'top_logprobs' must be between 0 and "
+                       f"{MAX_TOP_LOGPROBS}", param="top_logprobs")
+    if body.top_logprobs and not body.logprobs:
+        raise APIError("invalid_request", "'top_logprobs' needs 'logprobs': true",
+                       param="top_logprobs")
     thinking = thinking_from_effort(body.reasoning_effort)
     if body.enable_thinking is not None:
         thinking = body.enable_thinking
@@ -187,6 +203,7 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
         guard_calls=body.guard_calls,
         api="openai",
         model=body.model,
+        top_logprobs=engine_top(bool(body.logprobs), body.top_logprobs or 0),
     )
 
 
@@ -218,12 +235,23 @@ async def chat_completions(request: Request):
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return await sse_response(request, run,
-                                  stream_chunks(state, run, model, include_usage), error_event)
+                                  stream_chunks(state, run, model, include_usage,
+                                                body.logprobs_k), error_event)
     await runs.finished(request, run)
-    return JSONResponse(completion(state, run, model))
+    return JSONResponse(completion(state, run, model, body.logprobs_k))
 
 
-def completion(state: AppState, run: Run, model: str) -> dict:
+def content_logprobs(run: Run, k: int | None) -> dict | None:
+    """`choices[0].logprobs` of a whole reply: its content tokens (app/api/chat_logprobs.py)."""
+    if k is None:
+        return None
+    walk = ContentTokens(run.tokens, k)
+    entries = [e for ev in runs.reply_events(run) if ev.kind == CONTENT
+               for e in walk.within(ev.span)]
+    return {"content": entries, "refusal": None}
+
+
+def completion(state: AppState, run: Run, model: str, logprobs_k: int | None = None) -> dict:
     res = runs.reply_result(run)
     assert res is not None
     message: dict[str, Any] = {"role": "assistant",
@@ -243,7 +271,8 @@ def completion(state: AppState, run: Run, model: str) -> dict:
         "created": int(run.created),
         "model": model,
         "system_fingerprint": FINGERPRINT,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
+        "choices": [{"index": 0, "message": message,
+                     "logprobs": content_logprobs(run, logprobs_k),
                      "finish_reason": res.finish_reason}],
         "usage": usage(run),
         "timings": runs.llama_timings(run),
@@ -254,14 +283,15 @@ def error_event(err: APIError) -> str:
     return data_line(openai_error_body(err)) + "data: [DONE]\n\n"
 
 
-async def stream_chunks(state: AppState, run: Run, model: str,
-                        include_usage: bool) -> AsyncIterator[str]:
+async def stream_chunks(state: AppState, run: Run, model: str, include_usage: bool,
+                        logprobs_k: int | None = None) -> AsyncIterator[str]:
     head = {"id": f"chatcmpl-{run.id}", "object": "chat.completion.chunk",
             "created": int(run.created), "model": model, "system_fingerprint": FINGERPRINT}
     # '{"id":...,"choices":[{"index":0,"delta":' + delta + ',"logprobs":null,...}]}'
     prefix = "data: " + dumps(head)[:-1] + ',"choices":[{"index":0,"delta":'
     suffix = ',"logprobs":null,"finish_reason":null}]}\n\n'
     r_keys = reasoning_keys(state)
+    walk = ContentTokens(run.tokens, logprobs_k) if logprobs_k is not None else None
 
     def chunk(delta: dict) -> str:
         return prefix + dumps(delta) + suffix
@@ -271,7 +301,11 @@ async def stream_chunks(state: AppState, run: Run, model: str,
     async for ev in runs.reply_stream(run):
         kind = ev.kind
         if kind == CONTENT:
-            if ev.text:
+            if ev.text and walk is not None:  # the chunk carries its tokens' logprobs
+                yield (prefix + '{"content":' + dumps(ev.text) + '},"logprobs":{"content":'
+                       + dumps(walk.within(ev.span)) + ',"refusal":null},"finish_reason":null}]}'
+                       + "\n\n")
+            elif ev.text:
                 yield prefix + '{"content":' + dumps(ev.text) + "}" + suffix
         elif kind == REASONING:
             if ev.text:

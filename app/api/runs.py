@@ -1,8 +1,10 @@
 """From a converted request to a finished run: queue limit, submit, wait, and the run's figures.
 
-Owns `submit` (429 with Retry-After past `ServerConfig.max_queue`; context overflow and template
-refusals become 400s), `wait` (a non-streamed request: wait for the run while watching for the
-client to go away, and cancel the job if it does), and the numbers every API reports from a
+Owns `submit` (admitted through app/api/admission.py: 429 with Retry-After past
+`ServerConfig.max_queue`, counted from the moment the request is accepted; context overflow and
+template refusals become 400s; local paths out of every error: app/api/redact.py), `wait` (a
+non-streamed request: wait for the run while watching for the client to go away, and cancel the
+job if it does), and the numbers every API reports from a
 finished run: `usage_numbers`, `llama_timings`, `stop_sequence`, `run_error`; `started` (a
 streamed request: wait for the first token, as `wait` does for the end). And what the
 client is answered from: `reply_stream`, `reply_events`, `reply_result`. A request that declared
@@ -10,7 +12,8 @@ no tools (or `tool_choice: "none"`) gets a call the model wrote anyway as text i
 stood in (its reading's `calls_as_text`: engine/parse/filters.py, `CallsAsText`), so Open
 WebUI's background tasks never receive calls they cannot handle; the run itself, the inspector
 and the recording keep the call, counted as `unknown_tool` (issue 11, item 6). One rule for
-every API, streamed or not.
+every API, streamed or not. A forced reply (`ForcedCallsOnly`) never gets a call the length
+limit cut off as text.
 
 Runs on the asyncio loop's thread, except `Service.submit` itself: rendering the template and
 tokenizing the prompt run in a worker thread (`asyncio.to_thread`), since a hostile template or
@@ -22,32 +25,30 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 from collections.abc import AsyncIterator
 
 from fastapi import Request
 
+from app.api.admission import submit_run
 from app.api.errors import APIError, from_exception, kind_for_status
+from app.api.redact import client_error
 from app.api.state import AppState
 from engine.chat.request import ChatRequest
-from engine.parse.events import REASONING, Event, ParseResult, result_of
+from engine.parse.events import (
+    ANOMALY,
+    CONTENT,
+    REASONING,
+    UNFINISHED_CALL,
+    Event,
+    ParseResult,
+    result_of,
+)
 from engine.parse.filters import Chain, through
 from engine.service import Run
 
 
 class ClientGone(Exception):
     """The client disconnected before a non-streamed reply was ready (its job is cancelled)."""
-
-
-def retry_after(state: AppState, depth: int) -> int:
-    """Seconds until a slot is likely free: the queue times the mean request time so far."""
-    metrics = state.service.metrics
-    mean_s = 1.0
-    if metrics is not None:
-        totals = metrics.snapshot()["totals"]
-        if totals.get("finished"):
-            mean_s = (totals["prompt_ms"] + totals["decode_ms"]) / totals["finished"] / 1000.0
-    return max(1, math.ceil(depth * mean_s))
 
 
 def capped(state: AppState, request: ChatRequest) -> ChatRequest:
@@ -60,27 +61,21 @@ def capped(state: AppState, request: ChatRequest) -> ChatRequest:
 
 
 async def submit(state: AppState, request: ChatRequest) -> Run:
+    """Admit the request (app/api/admission.py: 429 past --max-queue, counted from now),
+    then render and queue it in a worker thread."""
     request = capped(state, request)
-    engine = state.service.engine
-    depth = engine.queue_depth()
-    if depth >= state.config.max_queue:
-        raise APIError(
-            "rate_limit",
-            f"{depth} requests are already waiting for the model (the limit is "
-            f"{state.config.max_queue}); retry later",
-            code="rate_limit_exceeded",
-            headers={"Retry-After": str(retry_after(state, depth))},
-        )
-    work = asyncio.ensure_future(asyncio.to_thread(state.service.submit, request))
+    ticket = state.admission.admit(state)
+    work = asyncio.ensure_future(asyncio.to_thread(submit_run, ticket, state.service, request))
     try:
         return await asyncio.shield(work)
     except asyncio.CancelledError:
         # The route was cancelled (shutdown, client gone) while the worker still renders:
-        # the job it is about to queue must not run for nobody.
+        # the job it is about to queue must not run for nobody (the worker hands its ticket
+        # over or releases it either way).
         work.add_done_callback(_cancel_submitted)
         raise
     except Exception as e:  # ContextOverflow, TemplateError -> 400; the rest -> 500
-        raise from_exception(e) from e
+        raise client_error(from_exception(e)) from e
 
 
 def _cancel_submitted(work: asyncio.Future) -> None:
@@ -88,9 +83,47 @@ def _cancel_submitted(work: asyncio.Future) -> None:
         work.result().cancel()
 
 
+class ForcedCallsOnly:
+    """A forced reply (tool_choice "required" or a named function) is calls and nothing else:
+    a call the length limit cut off is dropped, where the parser gives its raw text back to the
+    channel it stood in (design rule 7) and a client would get that markup as `content`. Its
+    `unfinished_call` anomaly passes through; `dropped` says one was dropped (the reply then
+    ends "length", not "tool_calls"). Holds nothing back."""
+
+    def __init__(self) -> None:
+        self.dropped = False
+        self._failed_at: int | None = None  # where the unfinished call's text will stand
+
+    def feed(self, events: list[Event]) -> list[Event]:
+        out = []
+        for ev in events:
+            if ev.kind == ANOMALY and ev.anomaly == UNFINISHED_CALL:
+                self._failed_at = ev.span[0]
+            elif (ev.kind in (CONTENT, REASONING) and self._failed_at is not None
+                  and ev.span[0] == self._failed_at):
+                self.dropped = True
+                self._failed_at = None
+                continue
+            else:
+                self._failed_at = None
+            out.append(ev)
+        return out
+
+    def finish(self) -> list[Event]:
+        return []
+
+
+def reply_filters(run: Run) -> list:
+    """New filters for what the client is answered from (the run keeps its own events)."""
+    filters = run.reading.reply_filters()
+    if run.request.tool_choice in ("required", "function"):
+        filters.append(ForcedCallsOnly())
+    return filters
+
+
 async def reply_stream(run: Run) -> AsyncIterator[Event]:
     """The run's events as the client is answered from them, as they come."""
-    view = Chain(run.reading.reply_filters())
+    view = Chain(reply_filters(run))
     if not view:
         async for ev in run.stream():
             yield ev
@@ -104,18 +137,23 @@ async def reply_stream(run: Run) -> AsyncIterator[Event]:
 
 def reply_events(run: Run) -> list[Event]:
     """The finished run's events as the client is answered from them."""
-    filters = run.reading.reply_filters()
+    filters = reply_filters(run)
     return through(filters, run.events) if filters else run.events
 
 
 def reply_result(run: Run) -> ParseResult:
     """The finished run's result as the client sees it (`finish_reason` "tool_calls" only when
-    a call reaches the client)."""
+    a call reaches the client; "length" for a forced reply whose last call was cut off)."""
     res = run.result
     assert res is not None
-    if not run.reading.calls_as_text or not res.tool_calls:
+    filters = reply_filters(run)
+    if not filters:
         return res
-    return result_of(reply_events(run), run.finish.reason if run.finish else "stop")
+    reason = run.finish.reason if run.finish else "stop"
+    out = result_of(through(filters, run.events), reason)
+    if reason == "length" and any(getattr(f, "dropped", False) for f in filters):
+        out = dataclasses.replace(out, finish_reason="length")  # cut, whatever completed
+    return out
 
 
 async def _drain(run: Run) -> None:
@@ -172,16 +210,18 @@ async def finished(request: Request, run: Run) -> Run:
     return run
 
 
-def run_error(run: Run) -> APIError | None:
-    """The error a finished run stands for, if it did not end normally."""
+def run_error(run) -> APIError | None:
+    """The error a finished run (a `Run`, or a completions `RawRun`) stands for, if it did not
+    end normally; the engine's message with local paths taken out (app/api/redact.py)."""
     fin = run.finish
     if fin is None or fin.reason in ("stop", "length"):
         return None
     if fin.reason == "cancelled":
         return APIError("unavailable", "the request was cancelled before it finished")
     if fin.status:  # an upstream's answer (backends/upstream/engine.py): its status, its message
-        return APIError(kind_for_status(fin.status), fin.error or f"HTTP {fin.status}")
-    return APIError("server", f"generation failed: {fin.error or 'unknown error'}")
+        return client_error(APIError(kind_for_status(fin.status),
+                                     fin.error or f"HTTP {fin.status}"))
+    return client_error(APIError("server", f"generation failed: {fin.error or 'unknown error'}"))
 
 
 def usage_numbers(run: Run) -> tuple[int, int, int]:

@@ -1,6 +1,7 @@
 """What every API route reads: the service it talks to and the server's settings.
 
-Owns `ServerConfig` and `AppState` (with the model id every route reports). Created by
+Owns `ServerConfig` and `AppState` (with the model id every route reports, and the `--max-queue`
+count every route admits requests through: app/api/admission.py). Created by
 `app.config` (the CLI or the GUI), stored on `app.state.prism` by
 `app.api.server.create_app`, read by the route modules through `get_state(request)`. Runs on
 the asyncio loop's thread.
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
+from app.api.admission import Admission
 from engine.service import Service
 
 
@@ -21,7 +23,8 @@ class ServerConfig:
     port: int = 8421
     api_key: str | None = None
     reasoning_field: str = "reasoning_content"  # reasoning_content | reasoning | both
-    max_queue: int = 16  # past this many waiting requests: 429 with Retry-After
+    # Past this many waiting requests (accepted, not yet being served): 429 with Retry-After
+    max_queue: int = 16
     max_body_bytes: int = 8 * 1024 * 1024
     model_name: str = ""  # the name /v1/models reports; any name is served by it
     max_tokens: int | None = None  # --max-tokens: cap and default of every reply's length
@@ -34,6 +37,7 @@ class AppState:
     service: Service
     config: ServerConfig = field(default_factory=ServerConfig)
     loading: bool = False  # /health answers 503 while True
+    admission: Admission = field(default_factory=Admission, repr=False)
 
     @property
     def model_id(self) -> str:

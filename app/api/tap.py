@@ -277,17 +277,19 @@ async def tap(request: Request):
     engine = state.service.engine
     assert isinstance(engine, TapEngine)
     path = request.url.path
-    depth = engine.queue_depth()
-    if depth >= state.config.max_queue:
-        raise APIError("rate_limit", f"{depth} requests are already in flight at the upstream "
-                       f"(the limit is {state.config.max_queue}); retry later",
-                       code="rate_limit_exceeded", headers={"Retry-After": "1"})
-    raw = await request.body()
-    url = engine.upstream.root + path + (f"?{request.url.query}" if request.url.query else "")
-    # Forwarded first: the run is opened (its template rendered) while the upstream works.
-    relay = Relay(engine.upstream, url, raw, forward_headers(request, state, engine.upstream,
-                                                             path))
-    engine.taps += 1
+    # Counted from now (app/api/admission.py), as `taps` once forwarded: in flight either way.
+    ticket = state.admission.admit(state, "in flight at the upstream")
+    try:
+        raw = await request.body()
+        url = (engine.upstream.root + path
+               + (f"?{request.url.query}" if request.url.query else ""))
+        # Forwarded first: the run is opened (its template rendered) while the upstream works.
+        relay = Relay(engine.upstream, url, raw,
+                      forward_headers(request, state, engine.upstream, path))
+        with ticket.handing():
+            engine.taps += 1
+    finally:
+        ticket.release()  # the caller left while its body was read (else a no-op)
     tapped = None
     try:
         tapped = await Tapped.open(state, engine, path, raw)

@@ -371,3 +371,120 @@ def test_a_template_that_ignores_tools_is_said_once_per_request(serve, caplog):
     assert [live.runs[0].id in said[0], live.runs[1].id in said[1], len(said)] == [True, True, 2]
     assert "cannot call any of the 2" in said[0]
     assert [r.notes for r in live.runs] == [("tools_ignored",), ("tools_ignored",), ()]
+
+
+# --- logprobs, on the real model --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_server(default_model):
+    """The default pack (SmolLM2 on LlamaEngine) behind a live server on 127.0.0.1."""
+    from app.api.server import ServerThread
+    from app.api.state import AppState
+    from engine.backends.llama.engine import LlamaEngine
+    from engine.chat.packs import resolve_pack
+    from engine.service import Service
+
+    pack = resolve_pack("smollm2")
+    engine = LlamaEngine(pack.gguf, n_ctx=1024)
+    server = ServerThread(AppState(service=Service(engine, pack))).start()
+    yield server
+    engine.close()
+    server.stop()
+
+
+@pytest.fixture
+def model_client(model_server):
+    import openai
+
+    client = openai.OpenAI(base_url=model_server.url + "/v1", api_key="x", max_retries=0,
+                           timeout=60)
+    yield client
+    client.close()
+
+
+HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+def _check_entries(entries, text: str, k: int) -> None:
+    assert "".join(e.token for e in entries) == text
+    for e in entries:
+        assert bytes(e.bytes) == e.token.encode("utf-8")
+        assert len(e.top_logprobs) == k
+        # Greedy: the token is the most likely one, its logprob the first alternative's.
+        assert e.logprob is not None and e.logprob <= 0.0
+        if k:
+            assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob
+            assert [a.logprob for a in e.top_logprobs] == sorted(
+                (a.logprob for a in e.top_logprobs), reverse=True)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("k", [0, 3])
+def test_chat_logprobs_whole_and_streamed(model_client, k):
+    kw = dict(model="m", messages=HELLO, max_tokens=12, temperature=0, logprobs=True,
+              top_logprobs=k)
+    whole_reply = model_client.chat.completions.create(**kw)
+    choice = whole_reply.choices[0]
+    assert choice.message.content
+    _check_entries(choice.logprobs.content, choice.message.content, k)
+    text, entries = "", []
+    for chunk in model_client.chat.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            if c.logprobs is not None:
+                entries += c.logprobs.content or []
+    assert text == choice.message.content  # the same greedy reply
+    _check_entries(entries, text, k)
+    assert [e.logprob for e in entries] == pytest.approx(
+        [e.logprob for e in choice.logprobs.content], abs=1e-3)
+
+
+@pytest.mark.model
+def test_chat_without_logprobs_has_none(model_client):
+    reply = model_client.chat.completions.create(model="m", messages=HELLO, max_tokens=4)
+    assert reply.choices[0].logprobs is None
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("extra", [{"logprobs": True, "top_logprobs": 21},
+                                   {"logprobs": True, "top_logprobs": -1},
+                                   {"top_logprobs": 2}])
+def test_chat_top_logprobs_out_of_bounds_is_a_400(model_client, extra):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as err:
+        model_client.chat.completions.create(model="m", messages=HELLO, max_tokens=4,
+                                             extra_body=extra)
+    assert err.value.body["param"] == "top_logprobs"
+
+
+# --- a forced reply cut inside its second call, on the real model ----------------------------
+
+PARIS_LONDON = [{"role": "user", "content": "What is the weather in Paris and in London?"}]
+
+
+@pytest.mark.model
+def test_a_forced_reply_cut_inside_its_second_call_returns_the_first_call_only(model_client):
+    kw = dict(model="m", messages=PARIS_LONDON, tools=TOOLS, tool_choice="required",
+              temperature=0)
+    full = model_client.chat.completions.create(max_tokens=300, **kw)
+    calls = full.choices[0].message.tool_calls
+    assert full.choices[0].finish_reason == "tool_calls" and len(calls) >= 2
+    first = (calls[0].function.name, json.loads(calls[0].function.arguments))
+    # The calls are alike (one function, another city), so as many tokens each: halfway
+    # through the second one the cut lands inside it.
+    cut = full.usage.completion_tokens * 3 // (2 * len(calls))
+    whole_reply = model_client.chat.completions.create(max_tokens=cut, **kw)
+    choice = whole_reply.choices[0]
+    assert choice.message.content is None  # not the second call's markup
+    assert [(c.function.name, json.loads(c.function.arguments))
+            for c in choice.message.tool_calls] == [first]
+    assert choice.finish_reason == "length"
+    got = collect(model_client.chat.completions.create(max_tokens=cut, stream=True, **kw))
+    assert got["content"] == "" and got["finish"] == "length"
+    # The first call whole; the second, already begun on the wire, never completes.
+    assert (got["calls"][0]["name"], json.loads(got["calls"][0]["arguments"])) == first
+    if 1 in got["calls"]:
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(got["calls"][1]["arguments"])

@@ -5,13 +5,21 @@ server; the run (the inspector's view) keeps the call and counts `unknown_tool` 
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
+from app.api.server import ServerThread
+from app.api.state import AppState
+from engine.backends.base import Finish, Timings
+from engine.chat.packs import resolve_pack
 from engine.parse.events import TOOL_CALL
+from engine.record.replay import ReplayEngine
+from engine.service import Service
 from tests.app.conftest import TOOLS, xml_call
 from tests.app.test_anthropic import blocks, streamed_and_whole
 from tests.app.test_openai import collect, whole
 from tests.app.test_responses import items, stream_final
+from tests.app.test_server import recording_of
 
 CALL = xml_call("get_weather", city="Paris")
 IN_ANSWER = "Plan.\n</think>\n\nChecking.\n" + CALL + "\nDone."
@@ -93,3 +101,55 @@ def test_unknown_tool_is_on_the_metrics_page(serve):
     line = next(x for x in page.splitlines()
                 if x.startswith("prism_anomalies_total") and 'kind="unknown_tool"' in x)
     assert line.endswith(" 1.0")
+
+
+# --- no local path in an error a client receives ---------------------------------------------
+
+
+def _no_path_in(text: str, folder) -> None:
+    assert str(folder) not in text and "/" + folder.name not in text, text
+
+
+def test_a_replay_refusal_names_the_file_not_its_path(tmp_path):
+    # The next output holds a call, so a request without tools is refused (as `prism serve
+    # --replay` does by default): the refusal used to name the replay file's absolute path.
+
+    out = tmp_path / "output0_0.txt"
+    out.write_text(CALL, encoding="utf-8")
+    engine = ReplayEngine([out], calls_need_tools=True)
+    service = Service(engine, resolve_pack("qwen3-xml", require_model=False))
+    with ServerThread(AppState(service=service)) as server:
+        _refusals_name_no_path(server.url, tmp_path)
+    engine.close()
+
+
+def _refusals_name_no_path(url: str, tmp_path) -> None:
+    http = httpx.Client(base_url=url, timeout=20)
+    for path, body in (
+        ("/v1/chat/completions", {"messages": ASK}),
+        ("/v1/chat/completions", {"messages": ASK, "stream": True}),
+        ("/v1/messages", {"model": "m", "max_tokens": 50, "messages": ASK}),
+    ):
+        r = http.post(path, json=body)
+        assert r.status_code == 400, r.text
+        _no_path_in(r.text, tmp_path)
+        assert "replay: the next output (output0_0.txt) holds a tool call" in r.text
+    http.close()
+
+
+def test_an_engine_failure_naming_a_file_is_told_by_its_name(serve, tmp_path):
+    # A run that ends with the engine's error (here replayed from a recording: a save that hit
+    # a full disk) reaches the client, streamed or not, without the folder it names.
+
+    error = f"OSError: [Errno 28] No space left on device: '{tmp_path}/cache/slot0.kv'"
+    live = serve(recording_of(tmp_path / "failed.jsonl", Finish("error", Timings(), error)))
+    http = live.http()
+    whole_reply = http.post("/v1/chat/completions", json={"messages": [
+        {"role": "user", "content": "hi"}]})
+    assert whole_reply.status_code == 500
+    _no_path_in(whole_reply.text, tmp_path)
+    assert "No space left on device: 'slot0.kv'" in whole_reply.json()["error"]["message"]
+    streamed = http.post("/v1/chat/completions", json={"messages": [
+        {"role": "user", "content": "hi"}], "stream": True})
+    assert "No space left on device: 'slot0.kv'" in streamed.text
+    _no_path_in(streamed.text, tmp_path)
