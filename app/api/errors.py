@@ -107,9 +107,12 @@ def api_of(path: str) -> str:
 
 def error_response(path: str, err: APIError) -> JSONResponse:
     # Every refused or failed request leaves one line: which API, the status, and why.
+    from app.api.redact import client_error  # redact imports this module
+
     api = api_of(path)
     log.warning("[prism] %s %s %d %s: %s", api, path, err.status, KINDS[err.kind][1],
                 err.message)
+    err = client_error(err)  # whatever raised it, a client is never told a local path
     body = anthropic_error_body(err) if api == "anthropic" else openai_error_body(err)
     return JSONResponse(body, status_code=err.status, headers=err.headers)
 

@@ -20,6 +20,8 @@ Runs on the asyncio loop's thread (the route) and the engine thread (the observe
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -52,9 +54,12 @@ _ITL_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.
 
 
 class _SnapshotCollector:
-    def __init__(self, service: Service, model: str) -> None:
+    def __init__(self, service: Service, model: str,
+                 preparing: Callable[[], int] = lambda: 0) -> None:
         self.service = service
         self.model = model
+        # Requests accepted and still being prepared (app/api/admission.py): they wait too.
+        self.preparing = preparing
         # Read once: the model file does not change while the app serves it (the GGUF's
         # header is read for its quant).
         self.info = model_info(service).to_dict()
@@ -120,11 +125,12 @@ class _SnapshotCollector:
             "(engine/backends/llama/guard.py).", labels=["model"])
         guided.add_metric([model], totals["guided_tokens"])
         yield guided
-        waiting = live["queue_depth"]
+        waiting = live["queue_depth"] + self.preparing()
         for name, help_text, value in (
             ("prism_requests_running", "Requests started and not finished, less the waiting.",
              max(0, live["in_flight"] - waiting)),
-            ("prism_requests_waiting", "Requests queued for the engine.", waiting),
+            ("prism_requests_waiting", "Requests accepted and not yet started: being "
+             "prepared or queued for the engine (what --max-queue limits).", waiting),
             ("prism_tokens_per_second", "Output tokens per second, recent window.",
              live["tokens_per_s"]),
             ("prism_slots_busy", "Parallel sequences serving a request now.", live["slots_busy"]),
@@ -138,9 +144,11 @@ class _SnapshotCollector:
 class PrometheusExporter:
     """A registry per app; observe() hooks it to the service's Metrics, close() unhooks it."""
 
-    def __init__(self, service: Service, model: str) -> None:
+    def __init__(self, service: Service, model: str,
+                 preparing: Callable[[], int] = lambda: 0) -> None:
         """`model`: the label of every series, the id /v1/models reports (AppState.model_id),
-        so a dashboard can join the two."""
+        so a dashboard can join the two; `preparing`: the requests admitted and not yet
+        queued (the admission's count)."""
         self.service = service
         self.model = model
         self.registry = CollectorRegistry()
@@ -158,7 +166,7 @@ class PrometheusExporter:
         self._itl = self.itl.labels(self.model)
         self._ttft = self.ttft.labels(self.model)
         self._latency = self.latency.labels(self.model)
-        self.registry.register(_SnapshotCollector(service, model))
+        self.registry.register(_SnapshotCollector(service, model, preparing))
         self._attached = False
 
     def observe(self) -> None:

@@ -46,7 +46,8 @@ def version() -> str:
 
 
 def create_app(state: AppState) -> FastAPI:
-    exporter = metrics_api.PrometheusExporter(state.service, model=state.model_id)
+    exporter = metrics_api.PrometheusExporter(
+        state.service, model=state.model_id, preparing=lambda: state.admission.preparing)
     exporter.observe()
 
     @asynccontextmanager

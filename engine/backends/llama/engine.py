@@ -164,8 +164,11 @@ class LlamaEngine(QueuedEngine):
         namespace = {"model": fingerprint(self.model_path), "llama_cpp": llama_cpp.__version__,
                      "kv": "unified" if o["kv_unified"] else f"split/{o['parallel']}",
                      "type_k": "f16", "type_v": "f16", "flash_attn": o["flash_attn"]}
+        if self.cache_size == 0:  # --cache-size 0: no room at all is the cache switched off
+            return None
         try:
-            cache = DiskCache(self.cache_dir, namespace, self.cache_size or DEFAULT_SIZE)
+            size = DEFAULT_SIZE if self.cache_size is None else self.cache_size
+            cache = DiskCache(self.cache_dir, namespace, size)
         except OSError as e:
             log.warning("[prism] disk prompt cache off: %s", e)
             return None
