@@ -17,10 +17,21 @@ token times are kept (so time to first token shows), divided by `speed` (0 = ins
 
 Charts: a recording's figures go to a `Metrics` of the playback's own, never the live
 service's, so replaying never changes what `/metrics` reports.
+
+Each played track knows its home (its file and id there, engine/record/index.py; the index is
+built while the file opens), so a row the store let go reads its text back from the file when
+it is selected (inspector/recall.py). Each opened file is a source of its own (`Track.origin`:
+its name, numbered when that name is open already), so a recording of the window's own session
+plays as rows of its own beside the live rows that share its request ids.
+
+Errors say what is wrong and where, never the path (the window puts the path in front): a
+damaged recording names the line (what precedes the damage plays, with `Playback.damage` saying
+why the rest does not), a file that is neither a recording nor UTF-8 text says so.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -30,9 +41,13 @@ from engine.backends.base import Finish, Timings, Token
 from engine.metrics import Metrics
 from engine.parse import families as dialects
 from engine.pipeline import TokenPipeline
-from engine.record.recording import is_recording, load_recording
+from engine.record.index import Home, index_of
+from engine.record.recording import RecordingError, is_recording, read_session
 from engine.record.replay import ReplayOutput
+from inspector.recall import call_ids, recorded_ids
 from inspector.tracks import Track, TrackStore
+
+log = logging.getLogger("prism")
 
 SPEEDS = {"1×": 1.0, "10×": 10.0, "instant": 0.0}
 _INSTANT_BUDGET = 50_000  # tokens fed per frame at "instant", so a huge file never freezes
@@ -49,6 +64,7 @@ class Item:
     error: str | None = None
     pos: int = 0
     pipeline: TokenPipeline | None = None  # the current pass's parser and reporting
+    ids: dict[int, str] | None = None  # the recorded call ids, by call index (recall.call_ids)
     added: bool = False  # shown in the request list (it has started playing once)
     reported: bool = False  # counted in the playback metrics once
 
@@ -63,19 +79,53 @@ def _pack_dialect(name: str) -> str:
         return "auto"
 
 
-def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
-    """The requests a file holds, as unplayed items (a damaged recording gives what precedes
-    the damage, with a warning)."""
+def _unreadable(e: OSError) -> OSError:
+    """An OSError without the path, which the caller names."""
+    return OSError(e.errno, e.strerror or str(e))
+
+
+def load_items(path: Path | str, metrics: Metrics | None = None,
+               origin: str | None = None) -> list[Item]:
+    """The requests a file holds, as unplayed items. A recording damaged before its first
+    request raises ValueError naming the line; one damaged later gives what precedes the
+    damage (`load_damaged` says why). `origin`: the source its tracks name (the file's name)."""
+    items, _damage = load_damaged(path, metrics, origin)
+    return items
+
+
+def load_damaged(path: Path | str, metrics: Metrics | None = None,
+                 origin: str | None = None) -> tuple[list[Item], str | None]:
+    """`load_items`, and where the recording is damaged ("line N: why"; None: it is whole)."""
     path = Path(path)
-    name = path.name
-    if not is_recording(path):
-        out = ReplayOutput.from_text(path.read_text(encoding="utf-8"), str(path))
+    name = origin or path.name
+    try:
+        recording = is_recording(path)
+        text = None if recording else path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("it is neither a Prism recording nor UTF-8 text (a binary file?)"
+                         ) from None
+    except OSError as e:
+        raise _unreadable(e) from None
+    home = path.resolve()
+    if text is not None:
+        out = ReplayOutput.from_text(text, str(path))
         # The default reading: from reasoning, any family, no tools declared (a text file
         # declares nothing) and no policy.
         track = Track(id=f"{path.stem}", source="replay", model="(text file)",
-                      metrics=metrics, origin=name)
-        return [Item(track, out.tokens, "stop", None)]
-    session = load_recording(path)
+                      metrics=metrics, origin=name, home=Home(home, ""))
+        return [Item(track, out.tokens, "stop", None)], None
+    damage = None
+    try:
+        session = read_session(path)
+    except RecordingError as e:
+        if not e.partial.requests:
+            raise ValueError(str(e)) from None  # "line N: what is wrong"
+        damage = str(e)
+        log.warning("[prism] %s: %s; playing what precedes it", path, e)
+        session = e.partial
+    except OSError as e:
+        raise _unreadable(e) from None
+    index_of(home).scan()  # each request's offset, for reading a released row back
     pack_dialect = _pack_dialect(str(session.header.get("pack", "")))
     items = []
     for req in session.requests:
@@ -95,6 +145,7 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
             request=body,
             metrics=metrics,
             origin=name,
+            home=Home(home, req.id),
             recorded_result=req.result,
             counterpart=req.counterpart,
             content_specials=req.content_specials,
@@ -103,7 +154,7 @@ def load_items(path: Path | str, metrics: Metrics | None = None) -> list[Item]:
         )
         reason, error = req.outcome
         items.append(Item(track, req.tokens, reason, req.timings, error))
-    return items
+    return items, damage
 
 
 class Playback:
@@ -120,15 +171,22 @@ class Playback:
         self.playing = False
         self.speed = 1.0
         self._origin = 0.0  # clock time at which the current item's token times count from
-        self._touched: dict[str, Track] = {}
+        self._touched: dict[tuple[str, str], Track] = {}
+        self._opened: dict[str, int] = {}  # how many times each file name was opened
+        self.damage: str | None = None  # the last file opened is damaged: where, and why
 
     # -- loading ---------------------------------------------------------------------------
 
     def open(self, path: Path | str, play: bool = True) -> list[Item]:
-        """Append a file's requests; playback jumps to the first of them."""
-        items = load_items(path, self.metrics)
+        """Append a file's requests; playback jumps to the first of them. A file opened again
+        plays as a source of its own ("name (2)")."""
+        name = Path(path).name
+        n = self._opened.get(name, 0) + 1
+        items, damage = load_damaged(path, self.metrics, name if n == 1 else f"{name} ({n})")
         if not items:
-            raise ValueError(f"{path}: no requests to play")
+            raise ValueError("it records no request to play")
+        self._opened[name] = n
+        self.damage = damage
         first = len(self.items)
         self.items.extend(items)
         self.select(first)
@@ -287,7 +345,7 @@ class Playback:
         self._touch(it.track)
 
     def _touch(self, track: Track) -> None:
-        self._touched[track.id] = track
+        self._touched[track.key] = track
 
     def _advance(self, it: Item, n: int) -> int:
         """Feed up to n positions of `it` at once; returns how many were fed."""
@@ -304,6 +362,8 @@ class Playback:
                                         metrics=None if it.reported else self.metrics,
                                         filters=reading.filters(), tools=reading.tools)
             track.submitted = self.clock()
+            if it.ids is None:
+                it.ids = call_ids(track.recorded_result)
             it.pipeline.start(track.source, track.model, track.prompt_tokens, t=track.submitted)
         pipe = it.pipeline
         ntok = len(it.tokens)
@@ -318,6 +378,7 @@ class Playback:
                 # tokens at once, and equal times would read as a burst.
                 due = self._origin + tok.t / speed if speed > 0 else now
                 evs += pipe.feed(tok, t=min(due, now))
+            evs = recorded_ids(evs, it.ids)
             # Token times are re-based on the playback clock, so TTFT and tokens/s in the
             # request list describe what is on screen.
             base = track.submitted
@@ -327,7 +388,7 @@ class Playback:
             track.state = pipe.state
             it.pos = end
         if it.pos == ntok and n > fed:
-            evs = pipe.finish()
+            evs = recorded_ids(pipe.finish(), it.ids)
             track.add_events(evs)
             track.state = pipe.state
             track.finish(it.reason, it.timings, it.error)

@@ -28,6 +28,7 @@ from engine.metrics import Metrics
 from engine.record.compare import Comparison, Side, compare, side_of
 from engine.record.recording import RecordedRequest, is_recording, load_recording, request_to_dict
 from engine.service import Run, Service
+from inspector.recall import recorded, recorded_side
 from inspector.tracks import LiveFeed, Track, TrackStore
 
 KINDS = ("model", "pack", "upstream")  # `prism rerun`'s --model, --pack, --upstream
@@ -68,7 +69,12 @@ class EngineChoice:
 
 def side_of_track(track: Track, label: str = "") -> Side:
     """A request from the request list as a compare side: its tokens and its parse (the
-    recorded one while a played request has not finished)."""
+    recorded one while a played request has not finished). A row whose document was let go is
+    read from its recording, as File → Compare recordings reads it."""
+    if track.released:
+        side = recorded_side(track, label)
+        if side is not None:
+            return side
     if track.result is not None:
         result = track.result.to_dict()
     else:
@@ -91,12 +97,17 @@ class RerunPlan:
     @classmethod
     def of_track(cls, track: Track) -> RerunPlan:
         """The request a track shows, live or played; ValueError when it holds none (a plain
-        text output, or a row whose document the window let go)."""
-        if track.request is None:
+        text output, or a row let go whose recording no longer holds it)."""
+        request, prompt = track.request, track.prompt
+        if track.released and track.home is not None:  # let go: as its recording has it
+            held = recorded(track.home)
+            if held is not None:
+                request, prompt = held.request or None, held.prompt
+        if request is None:
             raise ValueError(f"{track.id} holds no request to send again (a model output "
-                             "from a text file, or a row too old to keep its document)")
-        rec = RecordedRequest(id=track.id, request=request_to_dict(track.request),
-                              prompt=track.prompt, reading=track.reading, api=track.source)
+                             "from a text file, or a row let go whose recording is gone)")
+        rec = RecordedRequest(id=track.id, request=request_to_dict(request),
+                              prompt=prompt, reading=track.reading, api=track.source)
         return cls((rec,), {track.id: side_of_track(track, f"was:{track.id}")},
                    label=track.id)
 
@@ -129,6 +140,10 @@ class RerunFeed:
         self.error: str | None = None
         self.finished = False  # the rerun's thread is done (or failed)
         self.tracks: list[Track] = []  # the rerun's tracks, in the order they arrived
+        # Each run by id where no recording holds it (the window does not record): the
+        # store lets old tracks' documents go, so their compare sides come from the runs. A
+        # recorded rerun's are read back from its recording instead.
+        self._runs: dict[str, Run] | None = None
         self.current: Run | None = None  # the request in flight
         self._feed: LiveFeed | None = None
         self._stop = threading.Event()
@@ -141,6 +156,8 @@ class RerunFeed:
     def attach(self, service: Service) -> None:
         """The other engine's service is built: its runs' updates come here from now on."""
         self._feed = LiveFeed(service, self.store)
+        if service.recorder is None:
+            self._runs = {}
         self.message = f"re-run of {self.plan.label} on {service.engine.name}"
 
     def expect(self, original: RecordedRequest, request: ChatRequest) -> None:
@@ -148,6 +165,8 @@ class RerunFeed:
 
     def sent(self, run: Run) -> None:
         self.current = run
+        if self._runs is not None:
+            self._runs[run.id] = run
 
     def stopped(self) -> bool:
         return self._stop.is_set()
@@ -188,12 +207,11 @@ class RerunFeed:
             return []
         changed = self._feed.poll(now)
         for track in changed:
-            if track.counterpart or track.source == SOURCE:
-                continue
-            _request, original = self._expected.pop(id(track.request), (None, ""))
-            track.counterpart = original
-            track.source = SOURCE
-            self.tracks.append(track)
+            if not (track.counterpart or track.source == SOURCE):
+                _request, original = self._expected.pop(id(track.request), (None, ""))
+                track.counterpart = original
+                track.source = SOURCE
+                self.tracks.append(track)
         return changed
 
     @property
@@ -205,8 +223,20 @@ class RerunFeed:
         """The original `track` re-ran, when it is one of this rerun's."""
         return self.plan.originals.get(track.counterpart) if track in self.tracks else None
 
+    def side(self, track: Track) -> Side:
+        """One of this rerun's tracks as a compare side (read back from its recording once
+        the window let its document go)."""
+        label = f"now:{track.id}"
+        run = self._runs.get(track.id) if self._runs is not None else None
+        if run is None or run.result is None or not track.released:
+            return side_of_track(track, label)
+        fin = run.finish
+        return Side(label=label, tokens=tuple(run.tokens), result=run.result.to_dict(),
+                    finish=track.finish_reason or track.status,
+                    error=fin.error if fin else None, id=run.id)
+
     def pairs(self) -> list[Comparison]:
         """Each request against its original, the most changed first."""
-        out = [compare(self.plan.originals[t.counterpart], side_of_track(t, f"now:{t.id}"))
+        out = [compare(self.plan.originals[t.counterpart], self.side(t))
                for t in self.tracks if t.counterpart in self.plan.originals]
         return sorted(out, key=lambda c: -c.change)

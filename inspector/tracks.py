@@ -14,8 +14,14 @@ only appends to a deque; everything else here runs on the GUI thread, inside the
 
 Memory is bounded on purpose: the store keeps at most `max_rows` tracks, and only the newest
 `max_documents` of them keep their documents (tokens, events, prompt); older ones keep their
-summary row, marked released. The held-back tail is not copied from the parser: the events'
-spans tile the output, so the held text is exactly the raw output past the last event.
+summary row, marked released. The recording is the window's memory: a released track that
+knows where its request was recorded (`Track.home`) gets its document back when it is selected
+(`TrackStore.protected`), read from the file with one seek (inspector/recall.py), and is let go
+again once it is no longer looked at. The held-back tail is not copied from the parser: the
+events' spans tile the output, so the held text is exactly the raw output past the last event.
+
+Tracks are keyed by where they came from and their id (`Track.key`): a request id is unique per
+source only, and a recording of the window's own session holds the very ids its live rows have.
 
 How a track's output is read is its `reading` (engine/parse/reading.py): the live run's, or the
 one its recording stored. Playback, re-parse and fixture export all read the output from it, so
@@ -44,7 +50,9 @@ from engine.parse.events import (
 )
 from engine.parse.reading import Reading
 from engine.pipeline import TokenPipeline
+from engine.record.index import Home, index_of
 from engine.service import Run, RunUpdate, Service
+from inspector.recall import reload
 
 FIXTURE_FORMAT = "prism-fixture"
 
@@ -96,6 +104,7 @@ class Track:
     request: ChatRequest | dict | None = None  # the live request, or its recorded dict
     metrics: Metrics | None = None  # where its chart points go (the live or playback ones)
     origin: str = ""  # "live", or the recording it was played from
+    home: Home | None = None  # where it was recorded: its document is read back from there
     counterpart: str = ""  # a rerun's request: the id of the request it re-ran (its original)
     created: float = field(default_factory=time.time)
     submitted: float = field(default_factory=time.perf_counter)
@@ -137,6 +146,11 @@ class Track:
             self.anomalies[SPECIAL_TOKEN_IN_CONTENT] = 1
 
     # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What names it among all the window holds: its source and its id there."""
+        return (self.origin, self.id)
 
     @property
     def raw(self) -> str:
@@ -284,9 +298,23 @@ class TrackStore:
     def __init__(self, max_rows: int = 1000, max_documents: int = 32) -> None:
         self.max_rows = max_rows
         self.max_documents = max_documents
-        self._tracks: OrderedDict[str, Track] = OrderedDict()
+        self._tracks: OrderedDict[tuple[str, str], Track] = OrderedDict()
         self._docs: deque[Track] = deque()  # tracks holding a document, oldest first
-        self.protected: Track | None = None  # the selected track keeps its document
+        self._protected: Track | None = None
+
+    @property
+    def protected(self) -> Track | None:
+        """The track looked at (the selected one): it keeps its document."""
+        return self._protected
+
+    @protected.setter
+    def protected(self, track: Track | None) -> None:
+        """Select a track: a released one reads its document back from its recording (the
+        window sets this before it draws the track), and counts among the documents held."""
+        self._protected = track
+        if track is not None and track.released and track.home is not None and reload(track):
+            self._docs.append(track)
+            self._release_old()
 
     def __len__(self) -> int:
         return len(self._tracks)
@@ -294,15 +322,18 @@ class TrackStore:
     def __iter__(self) -> Iterator[Track]:
         return iter(self._tracks.values())
 
-    def get(self, id: str) -> Track | None:
-        return self._tracks.get(id)
+    def get(self, id: str, origin: str | None = None) -> Track | None:
+        """The track with this id from `origin`; without one, the newest with this id."""
+        if origin is not None:
+            return self._tracks.get((origin, id))
+        return next((t for t in reversed(self._tracks.values()) if t.id == id), None)
 
     def newest(self) -> Track | None:
         return next(reversed(self._tracks.values()), None)
 
     def add(self, track: Track) -> list[Track]:
         """Add a track; returns the tracks dropped from the list to make room."""
-        self._tracks[track.id] = track
+        self._tracks[track.key] = track
         self._docs.append(track)
         self._release_old()
         dropped = []
@@ -316,7 +347,7 @@ class TrackStore:
         keep: list[Track] = []
         while len(self._docs) > self.max_documents:
             old = self._docs.popleft()
-            if old is self.protected or old.status in ("queued", "generating"):
+            if old is self._protected or old.status in ("queued", "generating"):
                 keep.append(old)  # still in use: looked at, or still being written
                 continue
             old.release()
@@ -347,6 +378,9 @@ class LiveFeed:
         # one with no update (the engine sets `job.slot` when it takes the job), so each frame
         # looks at the runs still live.
         self._live: dict[str, tuple[Run, Track]] = {}
+        # Where the service records: each track's home, indexed as it is written.
+        rec = getattr(service, "recorder", None)
+        self._recording = None if rec is None else index_of(rec.path, rec.offsets).path
         service.add_listener(self._on_update)
 
     def close(self) -> None:
@@ -417,6 +451,7 @@ class LiveFeed:
             request=req,
             metrics=self.service.metrics,
             origin="live",
+            home=None if self._recording is None else Home(self._recording, run.id),
             content_specials=run.marks.specials,
             special_escaped=run.marks.escaped,
             notes=run.notes,

@@ -60,9 +60,12 @@ class Reruns(QObject):
     # -- starting --------------------------------------------------------------------------
 
     def recording_of(self, track: Track) -> Path | None:
-        """The open recording a played track came from (a track names it by file name)."""
+        """The open recording a played track came from (its home; a track without one names
+        it by file name)."""
         if track.origin in ("", "live"):
             return None
+        if track.home is not None:
+            return track.home.path
         return next((p for p in reversed(self.window.recordings) if p.name == track.origin),
                     None)
 
@@ -140,16 +143,24 @@ class Reruns(QObject):
 
     def original_of(self, track: Track) -> Side | None:
         """The compare side of the request `track` re-ran: from the rerun that made it, else
-        the original's own row, while the window holds its tokens (a rerun recording opened
-        beside its original)."""
+        the original's own row (a rerun recording opened beside its original), read back
+        from its recording if the window let it go."""
         for feed in self.feeds:
             side = feed.original(track)
             if side is not None:
                 return side
         original = self.window.store.get(track.counterpart) if track.counterpart else None
-        if original is not None and original is not track and not original.released:
-            return side_of_track(original, f"was:{original.id}")
-        return None
+        if original is None or original is track:
+            return None
+        side = side_of_track(original, f"was:{original.id}")
+        return side if side.tokens or not original.released else None
+
+    def side_of(self, track: Track) -> Side:
+        """A re-run request as a compare side, as its rerun's pairs read it."""
+        for feed in self.feeds:
+            if track in feed.tracks:
+                return feed.side(track)
+        return side_of_track(track, f"now:{track.id}")
 
     def compare_with_original(self, track: Track | None = None) -> bool:
         """A re-run request against the one it re-ran, in the Compare tab."""
@@ -162,8 +173,7 @@ class Reruns(QObject):
             self.window.say(f"{track.id} re-ran {track.counterpart}, which the window no "
                             "longer holds: open its recording", error=True)
             return False
-        self.window.compare.show_pairs(
-            [compare(original, side_of_track(track, f"now:{track.id}"))])
+        self.window.compare.show_pairs([compare(original, self.side_of(track))])
         self.window.tabs.setCurrentWidget(self.window.compare)
         return True
 

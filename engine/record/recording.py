@@ -20,7 +20,7 @@ Format, version 1 (one JSON object per line):
     {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]],
      ["guided": text]}
     {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"],
-     ["stop_sequence"], ["status"], ["prefix"], ["refused"]}
+     ["stop_sequence"], ["status"], ["prefix"], ["refused"], ["cancelled_by"]}
 
 The header's `model_info` (engine/record/model_info.py; absent in older files) names what
 generated: the model file, its quant, the family, the template's hash and the engine. A finish
@@ -35,6 +35,11 @@ A request refused before generation (the chat template raised: `TemplateError`) 
 all the same, by the service: its request record, with an empty prompt, then at once a finish
 with reason "error", the refusal's message as `error`, and `"refused": "template"` (absent in
 older files, which recorded no refused request at all).
+A "cancelled" finish written once the process began to stop (`Recorder.stopping`: a signal,
+the window closing) says so, `"cancelled_by": "shutdown"`: the server cut the request, its
+client did not give up, so the verdicts do not blame the client and a replay plays what was
+recorded, as it does for a request a crash cut off. Absent: the client cancelled (or an older
+file, which could not tell the two apart).
     {"type": "counterpart", "id", "of"}  # a rerun's request: `of` is the original's id
 
 A recording made by `prism rerun` (app/rerun.py) names the recording it re-ran in its header,
@@ -89,6 +94,7 @@ _DIR_MODE = 0o700
 FORMAT = "prism-session"
 VERSION = 1
 TEMPLATE = "template"  # a finish's `refused`: the chat template refused the request
+SHUTDOWN = "shutdown"  # a finish's `cancelled_by`: the process stopping cut the request
 
 
 class RecordingError(ValueError):
@@ -139,6 +145,8 @@ class RecordedRequest:
     counterpart: str = ""  # a rerun's request: the id of the request it re-ran
     prefix: PrefixMatch | None = None  # where its prompt left the cache (None: not recorded)
     refused: str = ""  # refused before generation, and by what: "template" ("" otherwise)
+    # Who cancelled a "cancelled" finish: "shutdown" (the server stopping), "" (the client).
+    cancelled_by: str = ""
     # Read with tokens=False: the output in short, and `tokens` is empty (None: read whole).
     summary: OutputSummary | None = None
 
@@ -311,7 +319,11 @@ class Recorder:
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
         self._starts: dict[str, float] = {}
+        # Each request record's byte offset in the file, as written (engine/record/index.py:
+        # the window reads a request back with one seek).
+        self.offsets: dict[str, int] = {}
         self._upstream = upstream
+        self._stopping = False  # set by `stopping()`, from a signal handler too: no lock
         self._file = os.fdopen(fd, "w", encoding="utf-8")
         created = _dt.datetime.now(_dt.UTC).astimezone().isoformat(timespec="seconds")
         self._write(
@@ -328,11 +340,14 @@ class Recorder:
              **({"token_counts": "estimate"} if token_counts_estimated else {})}
         )
 
-    def _write(self, record: dict) -> None:
+    def _write(self, record: dict, at: str | None = None) -> None:
+        """`at`: a request id whose record this is, to note where it starts (`offsets`)."""
         line = json.dumps(record, ensure_ascii=False) + "\n"
         with self._lock:
             if self._file.closed:
                 raise ValueError(f"recorder for {self.path} is closed")
+            if at is not None:
+                self.offsets[at] = self._file.tell()  # flushed after every line: exact
             # One write per record, then flush: a reader (or a crash) sees whole lines.
             self._file.write(line)
             self._file.flush()
@@ -381,7 +396,8 @@ class Recorder:
                 **({"content_specials": [list(s) for s in marks.specials],
                     "content_specials_n": marks.n_specials, "special_escaped": marks.escaped}
                    if marks is not None and marks.n_specials else {}),
-            }
+            },
+            at=id,
         )
 
     def token(self, id: str, i: int, token: Token) -> None:
@@ -400,6 +416,12 @@ class Recorder:
         if token.guided is not None:  # only where the guard acted: most tokens have none
             rec["guided"] = token.guided
         self._write(rec)
+
+    def stopping(self) -> None:
+        """The process is stopping (a signal, the window closing): a cancel recorded from now
+        on was the stop's, not its client's (`"cancelled_by": "shutdown"`). Sets a flag and
+        takes no lock, so a signal handler may call it while this thread holds the lock."""
+        self._stopping = True
 
     def finish(self, id: str, finish: Finish, result: ParseResult | dict | None = None, *,
                refused: str = "") -> None:
@@ -422,6 +444,8 @@ class Recorder:
             rec["prefix"] = prefix_to_dict(finish.prefix)
         if refused:  # it never reached the engine: the verdicts read why
             rec["refused"] = refused
+        if finish.reason == "cancelled" and self._stopping:
+            rec["cancelled_by"] = SHUTDOWN
         self._write(rec)
 
     def refused(self, id: str, request: ChatRequest | dict, error: str, *,
@@ -548,6 +572,7 @@ class _Builder:
             f["status"] = None if status is None else int(status)
             f["prefix"] = prefix_from_dict(rec.get("prefix"))
             f["refused"] = str(rec.get("refused") or "")
+            f["cancelled_by"] = str(rec.get("cancelled_by") or "")
         elif kind == "counterpart":
             self._known(rec)
             self.fields[str(rec["id"])]["counterpart"] = str(rec["of"])

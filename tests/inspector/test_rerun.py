@@ -112,3 +112,54 @@ def test_a_failed_start_is_said_and_ends_the_rerun():
     feed = RerunFeed(RerunPlan.of_recording(DEMO), TrackStore(), EngineChoice("pack", "nope"))
     feed.fail("cannot re-run on pack nope: no such pack")
     assert feed.complete and feed.error == feed.message and feed.pairs() == []
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["recorded", "unrecorded"])
+def test_a_rerun_longer_than_the_documents_kept_pairs_every_side_whole(replay_service,
+                                                                       records):
+    """40 requests re-run: the store lets the first rerun tracks' documents go (it keeps 32),
+    yet each pair compares the whole rerun reply: read back from the rerun's recording, or,
+    where the window does not record, from the runs. Recorded, the pairs are File → Compare
+    recordings' on the same two files."""
+    from engine.record.compare import compare_sessions
+
+    n = 40
+    first = replay_service(*(f"Original answer {i}." for i in range(n)), pack="smollm2",
+                           record=True)
+    for i in range(n):
+        first.submit(ChatRequest(messages=(Message("user", f"ask {i}"),))).wait(5)
+    first.recorder.close()
+    plan = RerunPlan.of_recording(first.recorder.path)
+    store = TrackStore()
+    feed = RerunFeed(plan, store, EngineChoice("pack", "smollm2"))
+    other = replay_service(*(f"Rerun reply {i}, longer." for i in range(n)), pack="smollm2",
+                           record=records)
+    feed.attach(other)
+    for rec in plan.requests:
+        request = rebuild(rec)
+        feed.expect(rec, request)
+        feed.sent(other.submit(request))
+        feed.current.wait(5)
+        feed.poll()  # as the window's frames do: old documents are let go meanwhile
+    feed.done("re-run done")
+    feed.poll()
+    assert feed.complete and len(feed.tracks) == n
+    assert sum(t.released for t in feed.tracks) == n - store.max_documents
+    found = feed.pairs()
+    assert len(found) == n
+    want = {f"Original answer {i}.": f"Rerun reply {i}, longer." for i in range(n)}
+    for c in found:
+        assert c.b.text == want[c.a.text] and c.b.tokens and c.b.result["content"] == c.b.text
+        assert c.b.finish == "stop" and c.a.id == next(
+            t.counterpart for t in feed.tracks if t.id == c.b.id)
+    if records:
+        other.recorder.close()
+        files = compare_sessions(read_session(first.recorder.path),
+                                 read_session(other.recorder.path), ("was", "now"))
+
+        def seen(cs):
+            return sorted((c.a.label, c.b.label, c.a.text, c.b.text, c.change, c.changed(),
+                           c.a.result == c.b.result) for c in cs)
+
+        assert seen(found) == seen(files)
+    feed.close()
