@@ -1,309 +1,69 @@
-"""The request list: every request the window knows, newest first, with its figures.
+"""The request list: every request the window knows, newest first, and the filter over it.
 
-Owns `RequestLogModel` (a table model over tracks: source, model, state, the engine's slot,
-tokens, cached / prompt tokens (issue 20; the tooltip: slot and disk shares and where the prompt
-left the cache), TTFT, tokens/s, finish reason, why it stopped (engine/record/verdict.py; a
-click asks the window to show the deciding event), anomaly badges), `BadgeDelegate` (paints the
-anomaly badges) and `RequestLog` (the table plus a "follow newest" switch: while it is on, the
-newest request is selected as it arrives; clicking an older one pins it). With `--parallel N`
-several rows generate at once, each in its own slot; the panes draw the selected one only
-(docs/design.md, section 7 "The window"). Rows are refreshed by the frame timer with the tracks
-that changed, one `dataChanged` per row, never per token. GUI thread only.
+Owns `RequestLog`: the table (its model and columns are widgets/request_model.py's), the
+filter bar over it (widgets/filter_bar.py; the language is inspector/query.py's), *Next /
+previous anomaly* (F8 / Shift+F8: the next row down / up among those shown that has an
+anomaly) and a "follow newest" switch: while it is on, the newest request is selected as it
+arrives; clicking an older one pins it. Its actions (`find_action`, `next_anomaly_action`,
+`previous_anomaly_action`) are its own, live wherever the list is shown, and a menu may list
+them. With `--parallel N` several rows generate at once; the panes draw the selected one only
+(docs/design.md, section 7 "The window").
+
+Rows never move under the pointer: while the pointer is over the list or a row is pinned,
+rows inserted above the first one in view (new requests, rows that start to pass the filter)
+scroll the view down by as many rows, so the rows in view stay where they are. GUI thread only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath
+from PySide6.QtCore import QEvent, QModelIndex, Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QStyledItemDelegate,
     QTableView,
     QVBoxLayout,
     QWidget,
 )
 
-from engine.parse.events import ANOMALY_KINDS
-from engine.record import forensics
-from engine.record.verdict import Verdict, verdict_of
+from inspector.query import Query
 from inspector.tracks import Track
-from widgets.theme import (
-    ANOMALY_LABELS,
-    ANOMALY_TIPS,
-    COLOURS,
-    MUTED,
-    NOTE_LABELS,
-    NOTE_TIPS,
-    TEXT,
+from widgets.filter_bar import FilterBar
+from widgets.request_model import (  # noqa: F401 - the list's names, as callers import them
+    _WIDTHS,
+    ANOMALIES_COL,
+    BADGES,
+    CACHED_COL,
+    COLUMNS,
+    FINISH_COL,
+    MESSAGE_COL,
+    MODEL_COL,
+    OUTPUT_COL,
+    PROMPT_COL,
+    RATE_COL,
+    REQUEST_COL,
+    SLOT_COL,
+    SOURCE_COL,
+    STATE_COL,
+    TRACK,
+    TTFT_COL,
+    VERDICT,
+    VERDICT_COL,
+    BadgeDelegate,
+    RequestLogModel,
+    verdict,
 )
+from widgets.theme import MUTED
 
-COLUMNS = ("Request", "Source", "Model", "State", "Slot", "Prompt", "Cached", "Output",
-           "TTFT ms", "tok/s", "Finish", "Why it stopped", "Anomalies")
-# Column numbers by name, so a new column moves no caller's index.
-(REQUEST_COL, SOURCE_COL, MODEL_COL, STATE_COL, SLOT_COL, PROMPT_COL, CACHED_COL, OUTPUT_COL,
- TTFT_COL, RATE_COL, FINISH_COL, VERDICT_COL, ANOMALIES_COL) = range(len(COLUMNS))
-_NUMERIC = {SLOT_COL, PROMPT_COL, CACHED_COL, OUTPUT_COL, TTFT_COL, RATE_COL}
-# every column but the last (stretched)
-_WIDTHS = (105, 62, 110, 150, 36, 52, 80, 52, 62, 48, 70, 150)
-SLOT_TIP = ("The engine's parallel sequence (slot) that serves this request (--parallel N: "
-            "up to N generate at once). A request waiting for one shows none.")
-CACHED_TIP = ("Prompt tokens reused from the KV cache (a slot's or the disk cache's) / prompt "
-              "tokens. Hover a row for the slot and disk shares and where its prompt left the "
-              "best cached prefix.")
-VERDICT_TIP = ("Why it stopped: the inspector's reading of the request (engine/record/"
-               "verdict.py). Click to show the event that decided it in the raw view.")
-BADGES = Qt.ItemDataRole.UserRole + 1
-TRACK = Qt.ItemDataRole.UserRole + 2
-VERDICT = Qt.ItemDataRole.UserRole + 3
-_ENDED = ("done", "cancelled", "error")
-_VERDICTS: dict[str, tuple[int, Verdict]] = {}
-
-
-def verdict(t: Track) -> Verdict | None:
-    """A finished track's verdict from the events it holds (None while it runs, or once its
-    events were released). Cached per track version: rows repaint often, tracks change
-    rarely once done."""
-    if t.status not in _ENDED or t.released:
-        return None
-    cached = _VERDICTS.get(t.id)
-    if cached is not None and cached[0] == t.version:
-        return cached[1]
-    out = verdict_of(t.events, t.finish_reason or t.status, error=t.error)
-    _VERDICTS[t.id] = (t.version, out)
-    if len(_VERDICTS) > 4096:  # rows are bounded; the cache is too
-        _VERDICTS.pop(next(iter(_VERDICTS)))
-    return out
-_STATE_COLOURS = {"generating": COLOURS["call"], "prompt": COLOURS["markup"], "queued": MUTED,
-                  "error": COLOURS["anomaly"], "cancelled": MUTED}
-
-
-class RequestLogModel(QAbstractTableModel):
-    def __init__(self, parent=None) -> None:
-        super().__init__(parent)
-        self._tracks: list[Track] = []  # oldest first; row r shows _tracks[-1 - r]
-        self._rows: dict[str, Track] = {}
-
-    # -- updates (frame timer) -------------------------------------------------------------
-
-    def add(self, track: Track) -> None:
-        self.beginInsertRows(QModelIndex(), 0, 0)
-        self._tracks.append(track)
-        self._rows[track.id] = track
-        self.endInsertRows()
-
-    def remove_oldest(self, n: int = 1) -> None:
-        n = min(n, len(self._tracks))
-        if n <= 0:
-            return
-        last = len(self._tracks) - 1
-        self.beginRemoveRows(QModelIndex(), last - n + 1, last)
-        for t in self._tracks[:n]:
-            self._rows.pop(t.id, None)
-        del self._tracks[:n]
-        self.endRemoveRows()
-
-    def changed(self, tracks: Iterable[Track]) -> None:
-        for t in tracks:
-            r = self.row_of(t)
-            if r is not None:
-                self.dataChanged.emit(self.index(r, 0), self.index(r, len(COLUMNS) - 1))
-
-    def contains(self, track: Track) -> bool:
-        return track.id in self._rows
-
-    def row_of(self, track: Track) -> int | None:
-        if track.id not in self._rows:
-            return None
-        # Rows are few (bounded) and changes per frame fewer; a scan from the newest end
-        # finds live rows at once.
-        for i in range(len(self._tracks) - 1, -1, -1):
-            if self._tracks[i] is track:
-                return len(self._tracks) - 1 - i
-        return None
-
-    def track_at(self, row: int):
-        if 0 <= row < len(self._tracks):
-            return self._tracks[-1 - row]
-        return None
-
-    # -- Qt model API ----------------------------------------------------------------------
-
-    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._tracks)
-
-    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if orientation != Qt.Orientation.Horizontal:
-            return None
-        if role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section]
-        if role == Qt.ItemDataRole.ToolTipRole and section == VERDICT_COL:
-            return VERDICT_TIP
-        if role == Qt.ItemDataRole.ToolTipRole and section == SLOT_COL:
-            return SLOT_TIP
-        if role == Qt.ItemDataRole.ToolTipRole and section == CACHED_COL:
-            return CACHED_TIP
-        return None
-
-    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        t = self.track_at(index.row())
-        if t is None:
-            return None
-        col = index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
-            return self._display(t, col)
-        if role == TRACK:
-            return t
-        if role == VERDICT and col == VERDICT_COL:
-            return verdict(t)
-        if role == BADGES and col == ANOMALIES_COL:
-            return [(NOTE_LABELS[n], 1) for n in t.notes if n in NOTE_LABELS] + [
-                (ANOMALY_LABELS.get(k, k), t.anomalies[k]) for k in _kinds(t)]
-        if role == Qt.ItemDataRole.ForegroundRole:
-            if col == STATE_COL:
-                return QColor(_STATE_COLOURS.get("prompt" if t.in_prompt else t.status, TEXT))
-            if col == FINISH_COL and t.finish_reason == "tool_calls":
-                return QColor(COLOURS["call"])
-            return None
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in _NUMERIC:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            if col == ANOMALIES_COL and (t.anomaly_total or t.notes):
-                return "\n\n".join([NOTE_TIPS[n] for n in t.notes if n in NOTE_TIPS] + [
-                    f"{t.anomalies[k]} × {ANOMALY_TIPS.get(k, k)}" for k in _kinds(t)])
-            if col == REQUEST_COL:
-                where = "live" if t.origin == "live" else f"played from {t.origin}"
-                return f"{t.id}\n{where}{_slot_line(t)}" + (
-                    f"\nerror: {t.error}" if t.error else "")
-            if col == SLOT_COL:
-                return SLOT_TIP
-            if col == VERDICT_COL:
-                out = verdict(t)
-                return VERDICT_TIP if out is None else f"{out.label}: {out.detail}\n\n" \
-                    + VERDICT_TIP
-            if col == CACHED_COL:
-                return _cache_tip(t)
-        return None
-
-    @staticmethod
-    def _display(t, col: int) -> str:
-        if col == REQUEST_COL:
-            return t.id
-        if col == SOURCE_COL:
-            return t.source
-        if col == MODEL_COL:
-            return t.model
-        if col == STATE_COL:
-            if t.in_prompt:  # in a slot, reading its prompt: no longer waiting
-                return "prompt"
-            return t.status + (f" · {t.state}" if t.status == "generating" else "")
-        if col == SLOT_COL:
-            return str(t.slot) if t.slot >= 0 else ""
-        if col == PROMPT_COL:
-            return str(t.prompt_tokens or "")
-        if col == CACHED_COL:
-            return forensics.reuse_cell(t.timings)
-        if col == OUTPUT_COL:
-            return str(t.output_tokens)
-        if col == TTFT_COL:
-            v = t.ttft_ms
-            return "" if v is None else f"{v:.0f}"
-        if col == RATE_COL:
-            v = t.tokens_per_s
-            return "" if v is None else f"{v:.1f}"
-        if col == FINISH_COL:
-            return t.finish_reason or ""
-        if col == VERDICT_COL:
-            out = verdict(t)
-            return "" if out is None else out.label
-        if col == ANOMALIES_COL:
-            return " ".join([NOTE_LABELS[n] for n in t.notes if n in NOTE_LABELS] + [
-                f"{ANOMALY_LABELS.get(k, k)}×{t.anomalies[k]}" for k in _kinds(t)])
-        return ""
-
-
-# Badge order: the parser's kinds first, then the request's own (an extra tool call, special
-# tokens in content, an upstream leak), which are badges too, not only counts.
-_KNOWN = (*ANOMALY_KINDS, *(k for k in ANOMALY_LABELS if k not in ANOMALY_KINDS))
-
-
-def _kinds(t: Track) -> list[str]:
-    """The anomaly kinds this request has, in badge order (unlabelled ones last, sorted)."""
-    return [k for k in _KNOWN if t.anomalies.get(k)] + sorted(
-        k for k, n in t.anomalies.items() if n and k not in ANOMALY_LABELS)
-
-
-def _cache_tip(t: Track) -> str | None:
-    """Where the prompt's tokens came from and where it left the best cached prefix (issue
-    20); the place needs the prompt, which a released row no longer has."""
-    p = t.prefix
-    place = None
-    if p is not None and p.source and t.prompt:
-        at = forensics.prompt_offset(t.prompt, p)
-        place = forensics.locate(t.prompt, forensics.messages_of(t.request), at)
-    return forensics.miss_tip(t.timings, p, place) or None
-
-
-def _slot_line(t: Track) -> str:
-    """The request's slot and, once it is done, how much of its prompt that slot's cache
-    already held (the reason a request is sent to one slot rather than another)."""
-    if t.slot < 0:
-        return ""
-    tm = t.timings
-    if tm is not None and tm.prompt_tokens:
-        return f"\nslot {t.slot}: {tm.cached_tokens} of {tm.prompt_tokens} prompt tokens cached"
-    return f"\nslot {t.slot}"
-
-
-class BadgeDelegate(QStyledItemDelegate):
-    """Anomaly counts as small red pills (the text fallback is for copy and tests)."""
-
-    def paint(self, painter: QPainter, option, index) -> None:
-        badges = index.data(BADGES)
-        if not badges:
-            super().paint(painter, option, index)
-            return
-        self.initStyleOption(option, index)
-        option.text = ""
-        option.widget.style().drawControl(
-            option.widget.style().ControlElement.CE_ItemViewItem, option, painter, option.widget)
-        painter.save()
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        font = QFont(option.font)
-        font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
-        painter.setFont(font)
-        fm = painter.fontMetrics()
-        x = option.rect.x() + 4
-        h = fm.height() + 2
-        y = option.rect.y() + (option.rect.height() - h) / 2
-        for label, n in badges:
-            text = f"{label} ×{n}" if n > 1 else label
-            w = fm.horizontalAdvance(text) + 10
-            if x + w > option.rect.right():
-                break
-            path = QPainterPath()
-            path.addRoundedRect(QRectF(x, y, w, h), h / 2, h / 2)
-            painter.fillPath(path, QColor("#5c2129"))
-            painter.setPen(QColor(COLOURS["anomaly"]))
-            painter.drawText(QRectF(x, y, w, h), Qt.AlignmentFlag.AlignCenter, text)
-            x += w + 4
-        painter.restore()
-
-    def sizeHint(self, option, index) -> QSize:
-        s = super().sizeHint(option, index)
-        return QSize(max(s.width(), 160), s.height())
+ROW_HEIGHT = 22
 
 
 class RequestLog(QWidget):
-    """The table and its follow switch. Emits `selected(track)` when the selection changes."""
+    """The filter bar, the table and its follow switch. Emits `selected(track)` when the
+    selection changes."""
 
     selected = Signal(object)
     # (track, Verdict): its "why it stopped" cell was clicked; the window shows the event
@@ -316,9 +76,10 @@ class RequestLog(QWidget):
         self.table.setModel(self.model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.table.setAlternatingRowColors(True)
         self.table.verticalHeader().hide()
-        self.table.verticalHeader().setDefaultSectionSize(22)
+        self.table.verticalHeader().setDefaultSectionSize(ROW_HEIGHT)
         self.table.setShowGrid(False)
         self.table.setItemDelegateForColumn(ANOMALIES_COL, BadgeDelegate(self.table))
         hh = self.table.horizontalHeader()
@@ -327,6 +88,7 @@ class RequestLog(QWidget):
         for col, w in enumerate(_WIDTHS):
             self.table.setColumnWidth(col, w)
 
+        self.bar = FilterBar()
         self.follow = QCheckBox("Follow newest")
         self.follow.setChecked(True)
         self.follow.setToolTip("Select each new request as it arrives; clicking an older one "
@@ -338,41 +100,135 @@ class RequestLog(QWidget):
         title = QLabel("Requests")
         title.setStyleSheet("font-weight: bold;")
         head.addWidget(title)
-        head.addWidget(self.count, 1)
+        head.addWidget(self.count)
+        head.addWidget(self.bar, 1)
         head.addWidget(self.follow)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
         lay.addLayout(head)
         lay.addWidget(self.table)
+
+        self.find_action = self._action("&Find requests…", QKeySequence.StandardKey.Find,
+                                        self.focus_filter)
+        self.next_anomaly_action = self._action("&Next anomaly", "F8",
+                                                lambda: self.next_anomaly(1))
+        self.previous_anomaly_action = self._action("&Previous anomaly", "Shift+F8",
+                                                    lambda: self.next_anomaly(-1))
         self._current = None
         self._programmatic = False
+        self._pointer_in = False
+        self.table.viewport().installEventFilter(self)
         self.table.selectionModel().currentRowChanged.connect(self._row_changed)
         self.table.clicked.connect(self._clicked)
         self.follow.toggled.connect(self._follow_toggled)
+        self.bar.query_changed.connect(self._query_changed)
+        self.model.rowsInserted.connect(self._rows_inserted)
+
+    def _action(self, text: str, keys, slot) -> QAction:
+        action = QAction(text, self)
+        action.setShortcut(QKeySequence(keys))
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        action.triggered.connect(slot)
+        self.addAction(action)
+        return action
 
     @property
     def current(self) -> Track | None:
         return self._current
 
+    # -- rows ------------------------------------------------------------------------------
+
     def add(self, track: Track) -> None:
         self.model.add(track)
-        self.count.setText(f"  {self.model.rowCount()}")
+        self._counts()
         if self.follow.isChecked():
             self.select(track)
+
+    def _counts(self) -> None:
+        self.count.setText(f"  {self.model.total}")
+        self.bar.set_counts(self.model.rowCount(), self.model.total)
 
     def select(self, track: Track) -> None:
         row = self.model.row_of(track)
         if row is None:
             return
         self._programmatic = True
+        # Following while the pointer is over the list: select the newest without scrolling
+        # the rows under the pointer away.
+        scroll = not self._anchored()
+        self.table.setAutoScroll(scroll)
         try:
             self.table.selectRow(row)
         finally:
+            self.table.setAutoScroll(True)
             self._programmatic = False
         if self._current is not track:
             self._current = track
             self.selected.emit(track)
+
+    def _anchored(self) -> bool:
+        """Rows in view must stay put: the pointer is over them, or one is pinned."""
+        return self._pointer_in or not self.follow.isChecked()
+
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self.table.viewport():
+            if event.type() in (QEvent.Type.Enter, QEvent.Type.MouseMove):
+                self._pointer_in = True
+            elif event.type() == QEvent.Type.Leave:
+                self._pointer_in = False
+        return super().eventFilter(watched, event)
+
+    def _rows_inserted(self, _parent: QModelIndex, first: int, last: int) -> None:
+        bar = self.table.verticalScrollBar()
+        top = bar.value()
+        if not self._anchored() or first * ROW_HEIGHT > top:
+            return  # below the first row in view: nothing in view moves
+        self.table.updateGeometries()  # the range grows now, not at the next layout
+        bar.setValue(top + (last - first + 1) * self.table.rowHeight(first))
+
+    # -- the filter and anomalies ----------------------------------------------------------
+
+    def set_filter(self, text: str) -> bool:
+        """Filter the list (a Ledger cell, a test); False where `text` cannot be read (the
+        bar says why and the list keeps its filter)."""
+        return self.bar.set_text(text)
+
+    def focus_filter(self) -> None:
+        self.bar.edit.setFocus()
+        self.bar.edit.selectAll()
+
+    def _query_changed(self, query: Query) -> None:
+        current = self._current
+        self.model.set_query(query)
+        self._counts()
+        if current is not None and self.model.row_of(current) is not None:
+            self._programmatic = True
+            try:
+                self.table.selectRow(self.model.row_of(current))
+            finally:
+                self._programmatic = False
+
+    def next_anomaly(self, step: int = 1) -> Track | None:
+        """Select the next row down (`step` 1) or up (-1) from the selected one that has an
+        anomaly, among the rows shown; None (the selection kept) where there is none."""
+        model = self.model
+        here = model.row_of(self._current) if self._current is not None else None
+        row = (-1 if step > 0 else model.rowCount()) if here is None else here
+        while True:
+            row += step
+            track = model.track_at(row)
+            if track is None:
+                self.bar.shown.setText("no anomaly " + ("below" if step > 0 else "above"))
+                return None
+            if track.anomaly_total:
+                break
+        self.follow.setChecked(False)  # the user went to a row: pin it
+        self.select(track)
+        self.table.scrollTo(model.index(row, 0))
+        return track
+
+    # -- the user's picks ------------------------------------------------------------------
 
     def _row_changed(self, current, _previous) -> None:
         track = self.model.track_at(current.row())

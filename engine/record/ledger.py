@@ -2,7 +2,8 @@
 
 Owns `Reply` (one recorded request as the ledger counts it, with its verdict), `Row` (one
 group's figures), `replies_of` (a recording's replies), `ledger` (replies grouped by any of
-`KEYS`) and `LISTED` (the anomaly kinds every ledger shows, found or not). Pure: no Qt, no I/O
+`KEYS`), `LISTED` (the anomaly kinds every ledger shows, found or not) and `figure_of`
+(what one line of the `table` counts, for the window's filter). Pure: no Qt, no I/O
 beyond reading the recordings it is given; any thread may call it (`prism stats` on the main
 thread, the window's ledger on the GUI thread).
 
@@ -178,7 +179,8 @@ def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
     # Read again only where the recorded result does not say all that is counted: most
     # replies are not re-parsed at all unless their deciding event is asked for.
     kind = kind_of(result, req.finish, error=error, stop_sequence=req.stop_sequence,
-                   status=req.status, upstream=upstream, refused=req.refused)
+                   status=req.status, upstream=upstream, refused=req.refused,
+                   cancelled_by=req.cancelled_by)
     events = reparse(req, fallback_family) if result is None or kind is None else None
     if result is not None:
         anomalies = {str(k): int(n) for k, n in (result.get("anomalies") or {}).items() if n}
@@ -198,7 +200,8 @@ def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
     def judge(evs: list[Event] | None = events) -> Verdict:
         return verdict_of(reparse(req, fallback_family) if evs is None else evs, req.finish,
                           error=error, stop_sequence=req.stop_sequence, status=req.status,
-                          upstream=upstream, refused=req.refused)
+                          upstream=upstream, refused=req.refused,
+                          cancelled_by=req.cancelled_by)
 
     verdict = judge() if events is not None else None
     family = req.reading.family if req.dialect in dialects.NAMES and req.dialect else info.family
@@ -311,3 +314,22 @@ def table(rows: Sequence[Row]) -> list[tuple[str, list[str]]]:
     lines += [("TTFT ms (median)", [_num(r.ttft_ms, 0) for r in rows]),
               ("tok/s (median)", [_num(r.tokens_per_s) for r in rows])]
     return lines
+
+
+def figure_of(label: str) -> tuple[str, str] | None:
+    """What a `table` line counts, as (what, value): ("finish", a finish reason), ("anomaly",
+    a kind), ("verdict", a verdict kind) or ("calls", ""); None for a line that is no count of
+    replies of one kind (the group's keys, replies, guided tokens, the medians). The window
+    turns a clicked cell into a filter of the request list with it."""
+    if label.startswith("finish: "):
+        return "finish", label.removeprefix("finish: ")
+    if label.startswith("verdict: "):
+        text = label.removeprefix("verdict: ")
+        kind = next((k for k, v in VERDICT_LABELS.items() if v == text), text)
+        return "verdict", kind
+    if label.endswith(" /1000") and not label.startswith("guided"):
+        text = label.removesuffix(" /1000")
+        return "anomaly", next((k for k, v in KIND_LABELS.items() if v == text), text)
+    if label == "calls":
+        return "calls", ""
+    return None

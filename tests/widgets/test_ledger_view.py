@@ -102,3 +102,50 @@ def test_a_request_the_template_refused_shows_why_live_and_played(qtbot, replay_
     assert model.index(0, VERDICT_COL).data() == "refused by the template"
     window.ledger_action.trigger()
     assert window.ledger.cell("verdict: refused by the template") == "1"
+
+
+def test_the_ledger_counts_the_window_s_own_requests_and_a_cell_filters_the_list(
+        qtbot, replay_service, clock, tmp_path):
+    """Right after the window served requests live, the ledger counts them (not "0 replies in
+    0 file(s)"), next to an open recording; a click on a count filters the request list to
+    the requests it counts."""
+    from engine.chat.request import ChatRequest, Message
+    from inspector.playback import Playback
+    from inspector.tracks import LiveFeed, TrackStore
+    from tests.engine.record.test_ledger import TOOLS
+    from widgets.main_window import MainWindow
+
+    served = CASES[:6] * 7  # 42 requests: more than the store keeps text for
+    service = replay_service(*[c[0] for c in served])
+    store = TrackStore()
+    feed, playback = LiveFeed(service, store), Playback(store, clock=clock)
+    live = MainWindow(store, playback, [feed, playback], submit=service.submit)
+    live.timer.stop()
+    qtbot.addWidget(live)
+    live.show()
+    for text, kw, _anomalies, _verdict in served:
+        service.submit(ChatRequest(messages=(Message("user", f"weather? {text[:8]}"),),
+                                   tools=TOOLS, **kw)).wait(5)
+        live.frame()  # the window sees each finish, as its frame timer does
+    feed.close()
+    assert live.log.model.total == 42 and any(t.released for t in store)
+    live.open_recording(record(tmp_path, "opened", CASES[6:]), play=False)
+    live.ledger_action.trigger()
+    view = live.ledger
+    groups = range(view.table.columnCount())
+    assert sum(int(view.cell("replies", c)) for c in groups) == 42 + len(CASES[6:])
+    assert "42 live" in view.note.text() and "5 in 1 file(s)" in view.note.text()
+    # the window's own requests are a group of their own (engine "live (this window)")
+    own = next(c for c in groups if view.cell("engine", c) == "live (this window)")
+    assert view.cell("replies", own) == "42"
+    assert view.cell("verdict: call left unfinished", own) == "7"
+    # A click on a count: the list shows the requests it counts.
+    row = next(r for r in range(view.table.rowCount())
+               if view.table.verticalHeaderItem(r).text() == "unfinished call /1000")
+    rect = view.table.visualRect(view.table.model().index(row, own))
+    qtbot.mouseClick(view.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    log = live.log
+    assert log.bar.text.startswith("~anomaly ^unfinished_call$ & ~id ")  # its group's
+    shown = [log.model.track_at(r) for r in range(log.model.rowCount())]
+    assert len(shown) == 7 and all(t.anomalies["unfinished_call"] for t in shown)
+    assert sum(1 for t in shown if t.released) == 2  # requests 4 and 10: found all the same
