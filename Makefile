@@ -59,10 +59,16 @@ bench-peers: $(BENCHSTAMP)
 bench-gui: $(DEVSTAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/gui.py
 
-# The README's screenshot, from the bundled demo recording, without a display.
+# The README's screenshots, from the bundled demo recording, without a display: the default
+# size, and the three sizes the layout is tested at (tests/widgets/test_layout.py).
 screenshot: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/prism --replay resources/sessions/demo.jsonl --no-server \
 		--no-record --screenshot docs/screenshot.png
+	for size in 1280x800 1600x1000 1920x1080; do \
+		QT_QPA_PLATFORM=offscreen $(BIN)/prism --replay resources/sessions/demo.jsonl \
+			--no-server --no-record --size $$size --screenshot docs/screenshot-$$size.png \
+			|| exit 1; \
+	done
 
 # A one-folder desktop build in dist/prism (model, templates and Qt included, about 380 MB).
 package: $(STAMP)

@@ -1,7 +1,7 @@
 """The `prism gui` verb (and plain `prism`): the inspector window, with the server in its loop.
 
     prism [gui] [--pack NAME | --model FILE.gguf | --replay FILE...] [--port 8421]
-                [--no-server] [--screenshot FILE.png [--quit-after SECONDS]]
+                [--no-server] [--size WxH] [--screenshot FILE.png [--quit-after SECONDS]]
 
 Owns `add_arguments`, `run` and `Inspector`, the wiring: one service (app.config), a
 `LiveFeed` that carries its run updates to tracks, a `Playback` for recordings, the
@@ -16,7 +16,13 @@ drains on its ~30 Hz frame timer.
 opens them in the window's playback (at 1× unless `--replay-speed` says otherwise).
 `--screenshot` saves the window to a PNG when the replay has played out (or after
 `--quit-after` seconds, 3 by default without a replay) and quits: how the README's picture is
-made and how the window is checked without a display.
+made and how the window is checked without a display (at 1560×980, or `--size`).
+
+Every way out (File → Quit, Ctrl+Q, the close button, SIGINT, SIGTERM, also during start-up)
+ends `main` the same way: `Inspector.close` stops the reruns, the server, the feed, the engine
+and the recorder in that order, and the process exits 0 (app/gui_quit.py). A busy port at start
+leaves the server off and offers a free one (the status bar's *Use free port N*; the Server
+button takes it too). The window's layout is kept in Qt's per-user settings.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app import telemetry
 from app.config import add_engine_arguments, port_number
+from app.gui_quit import StopRequest, quit_by
 from engine.chat.detect import UNKNOWN
 
 if TYPE_CHECKING:  # the verbs share one parser: importing the engine here would slow `parse`
@@ -42,6 +50,7 @@ if TYPE_CHECKING:  # the verbs share one parser: importing the engine here would
 log = logging.getLogger("prism")
 
 SCREENSHOT_SETTLE_S = 0.6  # after a replay ends: let the charts take their next sample
+SCREENSHOT_SIZE = (1560, 980)  # --screenshot without --size
 RERUN_JOIN_S = 15.0  # at close: how long a cancelled rerun may take to free its engine
 
 
@@ -58,6 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--quit-after seconds) and quit")
     p.add_argument("--quit-after", type=float, metavar="SECONDS",
                    help="quit after this many seconds (with --screenshot: take it then)")
+    p.add_argument("--size", type=window_size, metavar="WxH",
+                   help="open the window at this size (e.g. 1280x800) instead of the last one")
+    # Tests only: SIGUSR1 quits the window this way (app/gui_quit.py).
+    p.add_argument("--quit-by", choices=("close", "menu", "keys"), help=argparse.SUPPRESS)
 
 
 
@@ -86,7 +99,10 @@ class Inspector:
 
     def __init__(self, service: Service, *, host: str = "127.0.0.1", port: int = 8421,
                  max_documents: int = 32, max_tokens: int | None = None,
-                 max_queue: int | None = None) -> None:
+                 max_queue: int | None = None, settings=None,
+                 geometry: tuple[int, int] | None = None) -> None:
+        """`settings`: a QSettings the window saves its layout to and restores it from
+        (None: neither); `geometry`: a size that overrides the saved one (--size)."""
         from inspector.playback import Playback
         from inspector.tracks import LiveFeed, TrackStore
         from widgets.main_window import MainWindow
@@ -105,9 +121,15 @@ class Inspector:
                                  rerun=self.start_rerun, packs=rerun_packs(),
                                  # Compose's *Guard calls*: greyed out where no guard runs.
                                  guard_calls=service.guard_calls
-                                 if getattr(engine, "guards_calls", False) else None)
+                                 if getattr(engine, "guards_calls", False) else None,
+                                 settings=settings, size=geometry)
+        recorder = service.recorder
+        self.window.set_recordings(recordings_folder(),
+                                   recorder.path if recorder is not None else None)
         self._reruns: list[tuple[RerunFeed, threading.Thread]] = []
         self.window.server_toggled.connect(self._server_toggled)
+        self.window.free_port_chosen.connect(self._use_port)
+        self.closed = False
         self.server = None
         self.url: str | None = None
         self._server_task: asyncio.Task | None = None
@@ -151,7 +173,14 @@ class Inspector:
             # sys.exit.
             sock = bind(self.host, self.port)
         except OSError as e:
-            self.window.set_server(None, f"server off: {self.host}:{self.port}: {e.strerror}")
+            busy = self.port
+            free = free_port(self.host)
+            # The next start (the Server button too) uses the free port: retrying the busy
+            # one would only fail again.
+            self.port = free
+            self.window.set_server(None, f"server off: {self.host}:{busy}: {e.strerror}")
+            if free:
+                self.window.offer_port(free)
             return None
         host, port = sock.getsockname()[:2]
         state = AppState(self.service, ServerConfig(host=host, port=port,
@@ -188,6 +217,11 @@ class Inspector:
             self._sock = None
         self.server, self.url = None, None
         self.window.set_server(None)
+
+    def _use_port(self, port: int) -> None:
+        """The status bar's *Use free port N*: start the server there."""
+        self.port = port
+        self._server_toggled(True)
 
     def _server_toggled(self, on: bool) -> None:
         # Kept, so the task is not garbage-collected while it runs.
@@ -244,6 +278,11 @@ class Inspector:
     # -- life ------------------------------------------------------------------------------
 
     async def close(self) -> None:
+        """Stop everything in order: reruns, the server (no new request), the live feed, the
+        engine (its thread and model), then the recorder (its file, complete). Once."""
+        if self.closed:
+            return
+        self.closed = True
         self._status.stop()
         for feed, _thread in self._reruns:
             feed.cancel()
@@ -253,29 +292,81 @@ class Inspector:
         await self.stop_server()
         self.feed.close()
         self.service.engine.close()
-        if self.service.recorder is not None:
-            self.service.recorder.close()
+        telemetry.close(self.service)  # the last spans, within a bound
+        recorder = self.service.recorder
+        if recorder is not None:
+            recorder.close()
+        log.info("[prism] stopped the server, the engine and the recorder%s",
+                 f" ({recorder.path})" if recorder is not None else "")
 
 
-async def main(inspector: Inspector, args: argparse.Namespace) -> int:
+def free_port(host: str = "127.0.0.1") -> int | None:
+    """A port the system says is free now (None when even that fails)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    except OSError:
+        return None
+
+
+def recordings_folder() -> Path:
+    """Where the window records by default, and where File → Open starts."""
+    from engine.record.recording import default_session_path
+
+    return default_session_path().parent
+
+
+def window_settings():
+    """The window's saved layout: Qt's per-user settings (on Linux
+    $XDG_CONFIG_HOME/Prism/Prism.conf)."""
+    from PySide6.QtCore import QSettings
+
+    return QSettings()
+
+
+def window_size(text: str) -> tuple[int, int]:
+    """--size WIDTHxHEIGHT."""
+    w, sep, h = text.lower().partition("x")
+    try:
+        size = (int(w), int(h))
+    except ValueError:
+        size = (0, 0)
+    if not sep or min(size) < 200:
+        raise argparse.ArgumentTypeError(f"not a window size: {text!r} (e.g. 1280x800)")
+    return size
+
+
+async def main(inspector: Inspector, args: argparse.Namespace,
+               stop: StopRequest | None = None) -> int:
+    """Show the window, start the server, open the replays, and wait for a way out: the
+    window closed (Quit, Ctrl+Q, the close button), a signal (`stop`), or --quit-after /
+    --screenshot. Every way out runs the same clean-up, in order (Inspector.close)."""
     window = inspector.window
+    stop = stop or StopRequest()
     closed = asyncio.get_running_loop().create_future()
     window.closed.connect(lambda: closed.done() or closed.set_result(None))
-    window.show()
-    if not args.no_server:
-        await inspector.start_server()
-    replaying = False
-    for path in args.replay or ():
-        speed = 1.0 if args.replay_speed is None else args.replay_speed
-        inspector.playback.set_speed(speed)
-        window.bar.set_speed(speed)
-        replaying = window.open_recording(path) or replaying
-    started = time.monotonic()
-    limit = args.quit_after
-    if limit is None and args.screenshot and not replaying:
-        limit = 3.0
     try:
-        while not closed.done():
+        if stop.requested:  # a signal while the service was being built
+            return 0
+        window.show()
+        if not args.no_server:
+            await inspector.start_server()
+        replaying = False
+        for path in args.replay or ():
+            speed = 1.0 if args.replay_speed is None else args.replay_speed
+            inspector.playback.set_speed(speed)
+            window.bar.set_speed(speed)
+            replaying = window.open_recording(path) or replaying
+        started = time.monotonic()
+        limit = args.quit_after
+        if limit is None and args.screenshot and not replaying:
+            limit = 3.0
+        while not closed.done() and not stop.requested:
+            how = stop.take_hook()
+            if how:
+                quit_by(window, how)
+                continue
             elapsed = time.monotonic() - started
             played = replaying and inspector.playback.finished
             if (limit is not None and elapsed >= limit) or (args.screenshot and played):
@@ -291,7 +382,7 @@ async def main(inspector: Inspector, args: argparse.Namespace) -> int:
     finally:
         window.timer.stop()
         await inspector.close()
-        window.close()
+        window.close()  # saves the layout, when it was not closed already
         # Deleted now, in order, rather than by the collector at exit (pyqtgraph's scene
         # must go before the interpreter does).
         window.deleteLater()
@@ -319,6 +410,15 @@ def check_qt_bindings() -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # First: a signal from here on is a clean stop, even while the model loads.
+    stop = StopRequest(getattr(args, "quit_by", None)).install()
+    try:
+        return _run(args, stop)
+    finally:
+        stop.uninstall()
+
+
+def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     import qasync
     from PySide6.QtWidgets import QApplication  # imported before qasync, which picks it up
 
@@ -327,18 +427,32 @@ def run(args: argparse.Namespace) -> int:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Prism")
+    app.setOrganizationName("Prism")
+    # The loop ends when main() has closed everything down, not when Qt's last window goes:
+    # Qt quitting first stopped qasync's loop under main() (a traceback and status 1).
+    app.setQuitOnLastWindowClosed(False)
     problem = check_qt_bindings()
     if problem:
         log.warning("[prism] %s", problem)
     apply_dark_palette(app)
     service = build_service(args)
+    if stop.requested:  # asked to stop while the service was built: nothing else starts
+        service.engine.close()
+        if service.recorder is not None:
+            service.recorder.close()
+        return 0
+    telemetry.start(args, service)  # --otlp-endpoint: one span per request
     # Loopback only: the window has no API key option (`prism serve` is for anything else).
     inspector = Inspector(service, port=args.port, max_tokens=args.max_tokens,
-                          max_queue=args.upstream_max_inflight if args.upstream else None)
+                          max_queue=args.upstream_max_inflight if args.upstream else None,
+                          # A screenshot is the same picture on every machine: a set size,
+                          # and the user's saved layout neither read nor changed.
+                          settings=None if args.screenshot else window_settings(),
+                          geometry=args.size or (SCREENSHOT_SIZE if args.screenshot else None))
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     try:
         with loop:
-            return loop.run_until_complete(main(inspector, args))
+            return loop.run_until_complete(main(inspector, args, stop))
     finally:
         asyncio.set_event_loop(None)

@@ -8,11 +8,17 @@ that runs no guard: a replay, an upstream); Send and Stop. It builds an
 `engine.chat.request.ChatRequest` (client "gui") and hands it to a `submit` callable given by
 the app (which calls `Service.submit` and returns the run); the request then appears in the
 list like any other and its tokens arrive through the same queue. Errors (bad tools JSON,
-context overflow, template errors) are shown under the buttons, never raised. GUI thread only.
+context overflow, template errors) are shown under the buttons, never raised. `load(request)`
+(Request → *Copy to Compose*) fills the box from any request, live or recorded: its system
+prompt, its last user message, tools and sampling; the messages between them (an agent's turns
+and tool results) are kept as the request's history, named above the fields, sent with it
+until *Clear* — and its other settings (stop strings, tool choice, min_p...) ride along.
+GUI thread only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 
@@ -21,16 +27,19 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from engine.chat.request import ChatRequest, Message, Sampling
+from engine.record.recording import request_from_dict
 from engine.service import Run
 from widgets.theme import COLOURS, MUTED
 
@@ -47,6 +56,20 @@ class ComposeBox(QWidget):
         super().__init__(parent)
         self.submit = submit
         self.run = None
+        self.history: tuple[Message, ...] = ()  # a loaded request's turns before its last
+        self._loaded: ChatRequest | None = None  # the request loaded, for its other settings
+        self.history_label = QLabel("")
+        self.history_label.setWordWrap(True)
+        self.history_label.setStyleSheet(f"color: {COLOURS['markup']};")
+        self.clear_btn = QPushButton("Clear")
+        self.clear_btn.setToolTip("Forget the loaded request: a fresh one-message chat")
+        self.clear_btn.clicked.connect(self.clear_loaded)
+        self.history_row = QWidget()
+        hrow = QHBoxLayout(self.history_row)
+        hrow.setContentsMargins(0, 0, 0, 0)
+        hrow.addWidget(self.history_label, 1)
+        hrow.addWidget(self.clear_btn)
+        self.history_row.hide()
         self.system = QPlainTextEdit()
         self.system.setPlaceholderText("System prompt (optional)")
         self.system.setMaximumHeight(48)
@@ -99,24 +122,42 @@ class ComposeBox(QWidget):
 
         form = QFormLayout()
         form.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        for label, w in (("thinking", self.thinking), ("temperature", self.temperature),
-                         ("top_p", self.top_p), ("seed", self.seed),
-                         ("max tokens", self.max_tokens), ("top-k", self.top_k)):
-            row.addWidget(QLabel(label))
-            row.addWidget(w)
-        row.addWidget(self.guard)
+        # Two rows of settings, so the box fits a 1280 px window beside nothing else.
+        row, row2 = QHBoxLayout(), QHBoxLayout()
+        for target, items in ((row, (("thinking", self.thinking),
+                                     ("temperature", self.temperature), ("top_p", self.top_p),
+                                     ("seed", self.seed))),
+                              (row2, (("max tokens", self.max_tokens),
+                                      ("top-k", self.top_k)))):
+            for label, w in items:
+                target.addWidget(QLabel(label))
+                target.addWidget(w)
         row.addStretch(1)
-        row.addWidget(self.send_btn)
-        row.addWidget(self.stop_btn)
+        row2.addWidget(self.guard)
+        row2.addStretch(1)
+        row2.addWidget(self.send_btn)
+        row2.addWidget(self.stop_btn)
+        self.send_btn.setToolTip("Send to this window's engine (Ctrl+Enter)")
         form.addRow("System", self.system)
         form.addRow("Message", self.message)
         form.addRow("Tools", self.tools)
-        lay = QVBoxLayout(self)
+        inner = QWidget()
+        lay = QVBoxLayout(inner)
         lay.setContentsMargins(4, 4, 4, 4)
+        lay.addWidget(self.history_row)
         lay.addLayout(form)
         lay.addLayout(row)
+        lay.addLayout(row2)
         lay.addWidget(self.status)
+        # In a scroll area: a short tab scrolls the box rather than hold the window's
+        # layout to the box's height.
+        scroll = QScrollArea()
+        scroll.setWidget(inner)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
         self.send_btn.clicked.connect(self.send)
         self.stop_btn.clicked.connect(self.stop)
 
@@ -125,7 +166,10 @@ class ComposeBox(QWidget):
         messages = []
         if self.system.toPlainText().strip():
             messages.append(Message("system", self.system.toPlainText()))
-        messages.append(Message("user", self.message.toPlainText()))
+        messages += self.history
+        # A loaded agent turn may end on a tool result: no empty user message after it.
+        if self.message.toPlainText().strip() or not self.history:
+            messages.append(Message("user", self.message.toPlainText()))
         tools_text = self.tools.toPlainText().strip()
         tools: tuple = ()
         if tools_text:
@@ -135,11 +179,15 @@ class ComposeBox(QWidget):
                 raise ValueError(f"tools: not a JSON list ({e})") from None
             if not all(isinstance(t, dict) for t in tools):
                 raise ValueError("tools: every entry must be an object")
-        return ChatRequest(
+        base = self._loaded or ChatRequest(messages=())
+        return dataclasses.replace(
+            base,
             messages=tuple(messages),
             tools=tools,
-            sampling=Sampling(temperature=self.temperature.value(), top_p=self.top_p.value(),
-                              seed=None if self.seed.value() < 0 else self.seed.value()),
+            sampling=dataclasses.replace(
+                base.sampling if self._loaded else Sampling(),
+                temperature=self.temperature.value(), top_p=self.top_p.value(),
+                seed=None if self.seed.value() < 0 else self.seed.value()),
             max_tokens=self.max_tokens.value(),
             top_logprobs=self.top_k.value(),
             thinking=self.thinking.currentData(),
@@ -149,6 +197,40 @@ class ComposeBox(QWidget):
             api="gui",
             model="",
         )
+
+    def load(self, request: ChatRequest | dict) -> str:
+        """Fill the box from a request (a recorded one as its dict); returns a note on the
+        history it kept (" with 4 earlier messages", or "")."""
+        req = request_from_dict(request) if isinstance(request, dict) else request
+        msgs = list(req.messages)
+        systems = []
+        while msgs and msgs[0].role in ("system", "developer"):
+            systems.append(msgs.pop(0).content)
+        last = msgs.pop().content if msgs and msgs[-1].role == "user" else ""
+        self._loaded, self.history = req, tuple(msgs)
+        self.system.setPlainText("\n\n".join(systems))
+        self.message.setPlainText(last)
+        self.tools.setPlainText(json.dumps(list(req.tools), indent=1) if req.tools else "")
+        self.temperature.setValue(req.sampling.temperature)
+        self.top_p.setValue(req.sampling.top_p)
+        self.seed.setValue(-1 if req.sampling.seed is None else req.sampling.seed)
+        self.max_tokens.setValue(req.max_tokens or self.max_tokens.value())
+        self.top_k.setValue(min(req.top_logprobs or 0, self.top_k.maximum()))
+        self.thinking.setCurrentIndex(max(0, self.thinking.findData(req.thinking)))
+        if req.guard_calls is not None and self.guard.isEnabled():
+            self.guard.setChecked(req.guard_calls)
+        n = len(self.history)
+        note = f" with {n} earlier message{'s' * (n != 1)}" if n else ""
+        self.history_label.setText(
+            f"Loaded{note}: they are sent before the message below "
+            f"({', '.join(m.role for m in self.history[-6:])}{', …' if n > 6 else ''})"
+            if n else "Loaded a request: its other settings (stop, tool choice) ride along")
+        self.history_row.show()
+        return note
+
+    def clear_loaded(self) -> None:
+        self._loaded, self.history = None, ()
+        self.history_row.hide()
 
     def send(self):
         """Submit the request; returns the run (or None, with the reason shown)."""

@@ -1,5 +1,8 @@
-"""The inspector window: request list, charts, channel panes, raw/prompt/compose/re-parse tabs,
-and a ledger dock for the open recordings (View → Ledger; widgets/ledger_view.py).
+"""The inspector window: the request list across the whole width, the channel panes (until the
+first request, a hint of what to do), then the tabs (raw, prompt, charts, compose, re-parse,
+compare), and a ledger dock (View → Ledger; widgets/ledger_view.py). The menus are built from
+the declared actions (widgets/actions.py; their handlers in widgets/window_commands.py); the
+layout is saved and restored (widgets/window_layout.py).
 
 Request → *Re-run on…* (also the request list's context menu) sends the selected request, or
 its whole recording, again to another engine; its feed is one more source polled here, each
@@ -9,9 +12,11 @@ Owns `MainWindow`, which lays the views out and runs the frame timer (~30 Hz). E
 polls its sources (objects with `poll() -> changed tracks`, `metrics` and `sample()`: the live
 feed of a service and the playback of recordings), adds new tracks to the request list,
 refreshes changed rows, and lets the views of the selected track draw what arrived since the
-previous frame. The charts refresh on a slower timer. Everything that is not Qt (tracks, the
-feed, playback) is passed in by `app/gui.py`, so this module imports neither the server nor
-llama.cpp. GUI thread only.
+previous frame. While *Follow newest* is on, the panes follow the newest row that is generating
+(widgets/track_follower.py), not the newest row, which is often queued with nothing to show.
+The charts refresh on a slower timer. Everything that is not Qt (tracks, the feed, playback)
+is passed in by `app/gui.py`, so this module imports neither the server nor llama.cpp. GUI
+thread only.
 """
 
 from __future__ import annotations
@@ -20,14 +25,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
     QLabel,
     QMainWindow,
     QSplitter,
+    QStackedWidget,
     QTabWidget,
     QToolBar,
     QToolButton,
@@ -38,9 +44,11 @@ from engine.service import Run
 from inspector.playback import Playback
 from inspector.rerun import side_of_track
 from inspector.tracks import Track, TrackSource, TrackStore
+from widgets.actions import build_actions
 from widgets.channel_view import ChannelPanes
 from widgets.compare_view import CompareView
 from widgets.compose_box import ComposeBox
+from widgets.first_steps import StatusMessage
 from widgets.ledger_view import LedgerView
 from widgets.metrics_chart import MetricsCharts
 from widgets.playback_bar import PlaybackBar
@@ -50,13 +58,19 @@ from widgets.reparse_view import ReparseView
 from widgets.request_log import RequestLog
 from widgets.reruns import Reruns, Start
 from widgets.theme import COLOURS, MUTED
+from widgets.track_follower import follow_target
+from widgets.window_commands import WindowCommands
+from widgets.window_layout import SPLIT, restore_layout, save_layout
 
 FRAME_MS = 33
 CHART_MS = 500
+TAB_FLOOR = 150  # px: the least a tab page keeps
+LEDGER_WIDTH = 460  # px: the ledger's columns and numbers, without a scrollbar
 
 
-class MainWindow(QMainWindow):
+class MainWindow(WindowCommands, QMainWindow):
     server_toggled = Signal(bool)
+    free_port_chosen = Signal(int)  # the status bar's *Use free port N* (app/gui.py)
     closed = Signal()
 
     def __init__(self, store: TrackStore, playback: Playback | None,
@@ -65,20 +79,26 @@ class MainWindow(QMainWindow):
                  title: str = "Prism",
                  rerun: Start | None = None,
                  packs: Sequence[str] = (),
-                 guard_calls: bool | None = True) -> None:
+                 guard_calls: bool | None = True,
+                 settings: QSettings | None = None,
+                 size: tuple[int, int] | None = None) -> None:
         """`rerun` starts a rerun off the GUI thread and returns its feed (app/gui.py);
         `packs` are the built-in packs *Re-run on…* offers; `guard_calls` is Compose's
         *Guard calls* at start (the service's, --no-guard-calls; None: the engine runs
-        no guard)."""
+        no guard). `settings`: where the layout (geometry, splitters, docks) is restored from
+        and saved to at close (None: neither); `size` overrides the restored size."""
         super().__init__()
         self.setWindowTitle(title)
-        self.resize(1560, 980)
+        self.setObjectName("prism_main")
         self.setAcceptDrops(True)
         self.store = store
         self.playback = playback
         self.sources = list(sources)
+        self.settings = settings
         self.frames = 0
         self.frame_ms: list[float] = []  # how long each frame's work took (bench/gui.py)
+        self.recordings_dir: Path | None = None  # where File → Open starts
+        self.recording_to: Path | None = None  # this window's own recording
 
         self.log = RequestLog()
         self.charts = MetricsCharts()
@@ -91,24 +111,44 @@ class MainWindow(QMainWindow):
         self.compare.pick.connect(self._pick_for_compare)
         self.bar = PlaybackBar(playback)
 
-        top = QSplitter(Qt.Orientation.Horizontal)
-        top.addWidget(self.log)
-        top.addWidget(self.charts)
-        top.setSizes([900, 660])
+        # Until the first request the panes hold what to do first, not three empty boxes.
+        self.hint = QLabel()
+        self.hint.setObjectName("empty_hint")
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hint.setWordWrap(True)
+        self.hint.setStyleSheet(f"color: {MUTED}; font-size: 11pt; padding: 12px;")
+        self.hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.hint.linkActivated.connect(self._hint_link)
+        self.body = QStackedWidget()
+        self.body.addWidget(self.hint)
+        self.body.addWidget(self.channels)
+        self.server_url: str | None = None
+        self._update_hint()
+
+        # The request list across the whole width (its columns need it); the charts in a
+        # tab of their own, where their plots get the height to be read.
         self.tabs = QTabWidget()
+        self.tabs.setObjectName("tabs")
         self.tabs.addTab(self.raw, "Raw && tokens")
         self.tabs.addTab(self.prompt, "Prompt")
+        self.tabs.addTab(self.charts, "Charts")
         self.tabs.addTab(self.compose, "Compose")
         self.tabs.addTab(self.reparse, "Re-parse && export")
         self.tabs.addTab(self.compare, "Compare")
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(top)
-        split.addWidget(self.channels)
-        split.addWidget(self.tabs)
-        split.setSizes([290, 380, 260])
-        self.setCentralWidget(split)
+        # A tab widget is as tall as its tallest page wants: these pages may be squeezed
+        # (the splitter gives them more) rather than hold the whole window's layout.
+        for page in (self.compare, self.reparse):
+            page.setMinimumHeight(TAB_FLOOR)
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.setObjectName("main_split")
+        self.split.setChildrenCollapsible(False)
+        for i, w in enumerate((self.log, self.body, self.tabs)):
+            self.split.addWidget(w)
+            self.split.setStretchFactor(i, SPLIT[i])
+        self.setCentralWidget(self.split)
 
         tb = QToolBar("Playback")
+        tb.setObjectName("playback_toolbar")
         tb.setMovable(False)
         tb.addWidget(self.bar)
         self.server_action = QAction("Server", self)
@@ -120,24 +160,16 @@ class MainWindow(QMainWindow):
         tb.addAction(self.server_action)
         self.addToolBar(tb)
 
-        menu = self.menuBar().addMenu("&File")
-        open_action = menu.addAction("&Open recording…")
-        open_action.setShortcut(QKeySequence.StandardKey.Open)
-        open_action.triggered.connect(self.ask_open)
-        export_action = menu.addAction("&Export selected request as fixture…")
-        export_action.triggered.connect(self.reparse._export_clicked)
-        compare_action = menu.addAction("&Compare recordings…")
-        compare_action.setToolTip("A rerun against the recording it re-ran, or any two")
-        compare_action.triggered.connect(self.ask_compare)
-        menu.addSeparator()
-        quit_action = menu.addAction("&Quit")
+        self.menuBar().addMenu("&File")  # first in the bar; filled from the actions table
         # The ledger (`prism stats`) of the recordings opened here, in a dock of its own.
         self.ledger = LedgerView()
+        self.ledger.follow(self.log)  # counts the window's own requests; a click filters it
         self.ledger_dock = QDockWidget("Ledger", self)
         self.ledger_dock.setObjectName("ledger")
         self.ledger_dock.setWidget(self.ledger)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.ledger_dock)
         self.ledger_dock.hide()
+        self._ledger_sized = False
         self.ledger_action = self.ledger_dock.toggleViewAction()
         self.ledger_action.setText("&Ledger of open recordings")
         self.ledger_action.setShortcut("Ctrl+L")
@@ -145,8 +177,13 @@ class MainWindow(QMainWindow):
         self.menuBar().addMenu("&View").addAction(self.ledger_action)
         self.recordings: list[Path] = []
         self.reruns = Reruns(self, rerun, packs)  # the Request menu
-        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
-        quit_action.triggered.connect(self.close)
+        self.actions_by_name = build_actions(self, {
+            "open": self.ask_open, "export": self.reparse._export_clicked,
+            "compare": self.ask_compare, "recordings": self.show_recordings_folder,
+            "quit": self.close, "play": self._play_pause, "step": self._step,
+            "next": lambda: self.go(1), "previous": lambda: self.go(-1),
+            "send": self._send_composed, "to_compose": self.to_compose,
+            "shortcuts": self.show_shortcuts})
 
         self.model_label = QLabel("")
         self.engine_label = QLabel("")
@@ -158,27 +195,38 @@ class MainWindow(QMainWindow):
                                  "API connection (any key)")
         self.copy_btn.clicked.connect(self._copy_url)
         self.copy_btn.setEnabled(False)
-        self.message = QLabel("")
-        self.message.setStyleSheet(f"color: {MUTED};")
+        self.port_btn = QToolButton()  # shown when the port was taken: start on a free one
+        self.port_btn.setObjectName("free_port")
+        self.port_btn.hide()
+        self.port_btn.clicked.connect(self._use_free_port)
+        self._free_port: int | None = None
+        self.record_label = QLabel("")  # where this window records
+        self.record_label.setStyleSheet(f"color: {MUTED};")
+        self.record_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.message = StatusMessage()
         sb = self.statusBar()
         for w in (self.model_label, self.engine_label):
             sb.addWidget(w)
         sb.addWidget(self.message, 1)
-        sb.addPermanentWidget(self.server_label)
-        sb.addPermanentWidget(self.copy_btn)
-        self.server_url: str | None = None
+        for w in (self.record_label, self.server_label, self.port_btn, self.copy_btn):
+            sb.addPermanentWidget(w)
 
         # The request list's context menu: what can be done with the row right-clicked (the
         # click selects it first).
         table = self.log.table
         table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
-        for action in (self.reruns.action, self.reruns.original_action):
+        for action in (self.reruns.action, self.reruns.original_action,
+                       self.actions_by_name["to_compose"]):
             table.addAction(action)
         self.log.selected.connect(self.show_track)
         self.log.verdict_clicked.connect(self.show_verdict)
+        # After the list's own handler (which picks the top row, maybe a queued one).
+        self.log.follow.toggled.connect(lambda on: on and self._follow_newest())
         self.bar.open_requested.connect(self.ask_open)
         self.bar.navigated.connect(self._show_playing)
         self._playing_track = None  # the playback's current request at the last frame
+        self._shown: Track | None = None  # the request the panes draw
+        self._row_actions(None)
         if self.sources:
             self.charts.set_source(self.sources[0], self._source_label(self.sources[0]))
 
@@ -189,6 +237,7 @@ class MainWindow(QMainWindow):
         self.chart_timer = QTimer(self)
         self.chart_timer.timeout.connect(self.charts.refresh)
         self.chart_timer.start(CHART_MS)
+        restore_layout(self, settings, size)
 
     # -- the frame -------------------------------------------------------------------------
 
@@ -200,10 +249,11 @@ class MainWindow(QMainWindow):
             changed += src.poll()
         if changed:
             model = self.log.model
-            for t in changed:
-                if not model.contains(t):
-                    self.log.add(t)
-            excess = model.rowCount() - self.store.max_rows
+            fresh = [t for t in changed if not model.contains(t)]
+            if fresh:
+                self._add_rows(fresh)
+                self._update_hint()
+            excess = model.total - self.store.max_rows
             if excess > 0:
                 model.remove_oldest(excess)
             model.changed(changed)
@@ -214,6 +264,8 @@ class MainWindow(QMainWindow):
                 self._playing_track = playing
                 if playing is not None and self.log.follow.isChecked():
                     self.log.select(playing)
+            if self.log.follow.isChecked():
+                self._follow_newest()
             current = self.log.current
             if current is not None and any(t is current for t in changed):
                 self.channels.sync()
@@ -230,8 +282,42 @@ class MainWindow(QMainWindow):
             if len(self.frame_ms) > 10_000:
                 del self.frame_ms[:5_000]
 
+    def _add_rows(self, fresh: list[Track]) -> None:
+        """New rows into the list. While following, the list selects each row as it is
+        added, often a queued one with empty panes: its `selected` signal is held back here
+        and `_follow_newest` decides what the panes show."""
+        self.log.blockSignals(True)
+        try:
+            for t in fresh:
+                self.log.add(t)
+        finally:
+            self.log.blockSignals(False)
+
+    def _follow_newest(self) -> None:
+        """Select the newest row that is generating (or, with none, the newest that has
+        output): a queued row has nothing to show yet."""
+        model = self.log.model
+        rows = (model.track_at(i) for i in range(model.rowCount()))
+        # Only queued rows and nothing shown yet: the row the list chose, as it is.
+        target = follow_target(rows) or self._shown or self.log.current
+        if target is None:
+            return
+        if target is self._shown:  # drawn already: only the list's selection catches up
+            if self.log.current is not target:
+                self.log.blockSignals(True)
+                try:
+                    self.log.select(target)
+                finally:
+                    self.log.blockSignals(False)
+        elif self.log.current is target:  # the list chose it while adding it, unheard
+            self.show_track(target)
+        else:
+            self.log.select(target)
+
     def show_track(self, track: Track) -> None:
         """The selection changed: draw this request everywhere."""
+        self._row_actions(track)
+        self._shown = track
         self.store.protected = track
         self.channels.show_track(track)
         self.raw.show_track(track)
@@ -258,6 +344,11 @@ class MainWindow(QMainWindow):
     def _ledger_shown(self, visible: bool) -> None:
         if visible:
             self.ledger.set_recordings(self.recordings)
+            if not self._ledger_sized:  # first shown: wide enough for its numbers
+                self._ledger_sized = True
+                width = min(max(LEDGER_WIDTH, self.ledger.sizeHint().width()),
+                            self.width() * 2 // 5)
+                self.resizeDocks([self.ledger_dock], [width], Qt.Orientation.Horizontal)
 
     def _show_playing(self) -> None:
         """Previous / next in the bar: show that request, pinned or not."""
@@ -281,7 +372,8 @@ class MainWindow(QMainWindow):
     # -- recordings ------------------------------------------------------------------------
 
     def ask_open(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a recording or a model output", "",
+        path, _ = QFileDialog.getOpenFileName(self, "Open a recording or a model output",
+                                              self._start_dir(),
                                               "Recordings (*.jsonl);;All files (*)")
         if path:
             self.open_recording(path)
@@ -301,7 +393,7 @@ class MainWindow(QMainWindow):
 
     def ask_compare(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(
-            self, "Compare a rerun with its original, or two recordings", "",
+            self, "Compare a rerun with its original, or two recordings", self._start_dir(),
             "Recordings (*.jsonl);;All files (*)")
         if paths:
             self.compare_recordings(*paths[:2])
@@ -349,8 +441,9 @@ class MainWindow(QMainWindow):
     # -- status ----------------------------------------------------------------------------
 
     def say(self, text: str, error: bool = False) -> None:
-        self.message.setStyleSheet(f"color: {COLOURS['anomaly'] if error else MUTED};")
-        self.message.setText(text)
+        """The status bar's message, whole: cut with "…" where it does not fit, the rest in
+        its tooltip and a click away."""
+        self.message.show_message(text, error)
 
     def set_engine_status(self, model: str, state: str, queue: int = 0,
                           slots: tuple[int, int] | None = None) -> None:
@@ -374,7 +467,9 @@ class MainWindow(QMainWindow):
             self.server_label.setText(note or "server off")
         else:
             self.server_label.setText(f"OpenAI base URL: {url}")
+            self.port_btn.hide()
         self.server_label.setToolTip(note)
+        self._update_hint()
 
     def _copy_url(self) -> None:
         if self.server_url:
@@ -391,6 +486,8 @@ class MainWindow(QMainWindow):
         return path
 
     def closeEvent(self, event) -> None:
+        if self.isVisible():  # the geometry of a window that was shown
+            save_layout(self, self.settings)
         self.timer.stop()
         self.chart_timer.stop()
         self.closed.emit()

@@ -6,7 +6,9 @@ view for `setData`) and `MetricsCharts` (five pyqtgraph plots, one `PlotDataItem
 `refresh()` is called on a slow timer (2 Hz: a repaint of the plots costs ~10 ms here): it
 asks its source (`engine.metrics.Metrics`, the service's or a playback's) for a sample and its
 series, appends only the points newer than the last one seen, and scrolls the x range to the
-last `window` seconds. GUI thread only.
+last `window` seconds. The plots sit in a grid of three columns (the anomaly plot spans two)
+inside a scroll area: a plot's data area never gets shorter than `MIN_PLOT_HEIGHT`, so its y
+labels never overprint, however little height the window gives the charts. GUI thread only.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from engine.parse.events import ANOMALY_KINDS
 from inspector.tracks import TrackSource
@@ -30,8 +33,21 @@ PLOTS = (
     ("queue_depth", "queue depth · busy slots", COLOURS["markup"]),
     ("anomalies", "anomalies", COLOURS["anomaly"]),
     # Speculation (--speculate ngram): the share of each request's draft tokens kept.
-    ("draft_kept_pct", "draft tokens kept per request (%)", COLOURS["reasoning"]),
+    ("draft_kept_pct", "draft tokens kept (%)", COLOURS["reasoning"]),
 )
+# (row, column, column span) of each plot, in the two arrangements: one row of five where the
+# charts are short and wide (a tab of a 1280×800 window), else three columns on two rows (the
+# anomaly plot, with seven kinds, spanning two).
+GRIDS = {
+    1: {"tokens_per_s": (0, 0, 1), "ttft_ms": (0, 1, 1), "queue_depth": (0, 2, 1),
+        "anomalies": (0, 3, 1), "draft_kept_pct": (0, 4, 1)},
+    2: {"tokens_per_s": (0, 0, 1), "ttft_ms": (0, 1, 1), "queue_depth": (0, 2, 1),
+        "anomalies": (1, 0, 2), "draft_kept_pct": (1, 2, 1)},
+}
+MIN_PLOT_HEIGHT = 90  # px of a plot's data area: five y labels without overprinting
+MIN_PLOT_WIDTH = 160  # px of a plot, its y axis included
+TITLE_H, AXIS_H = 20, 18  # a plot's title and x axis (their heights are set below)
+ROW_OVERHEAD = TITLE_H + AXIS_H + 14  # and the grid's spacing: measured, with the view box's
 
 
 class RingBuffer:
@@ -84,15 +100,18 @@ class MetricsCharts(QWidget):
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.buffers: dict[str, RingBuffer] = {}
         self._plot_keys: dict[str, list[str]] = {}  # plot name -> its series' keys
-        for i, (name, title, colour) in enumerate(PLOTS):
-            # Two plots a row; the last, alone on its row, spans both columns.
-            span = 2 if i == len(PLOTS) - 1 and len(PLOTS) % 2 else 1
-            plot = self.view.addPlot(row=i // 2, col=i % 2, colspan=span, title=title)
+        self.rows = 0  # the arrangement in use (GRIDS), set by `_arrange`
+        for name, title, colour in PLOTS:
+            plot = pg.PlotItem(title=title)
+            # Equal columns: the grid shares its width by stretch, not by the titles' widths.
+            plot.setPreferredWidth(MIN_PLOT_WIDTH)
             plot.showGrid(x=True, y=True, alpha=0.15)
             plot.setMenuEnabled(False)
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
-            plot.getAxis("bottom").setHeight(18)
+            plot.getAxis("bottom").setHeight(AXIS_H)
+            plot.titleLabel.setMaximumHeight(TITLE_H)
+            plot.layout.setRowFixedHeight(0, TITLE_H)
             if name == "queue_depth":  # two series: the title is their key, in their colours
                 title = (f"<span style='color:{colour}'>queue depth</span> · "
                          f"<span style='color:{COLOURS['reasoning']}'>busy slots</span>")
@@ -110,19 +129,51 @@ class MetricsCharts(QWidget):
             if name == "queue_depth":  # how many wait, next to how many are being served
                 self._add_curve(plot, "busy_slots", COLOURS["reasoning"])
                 self._plot_keys[name].append("busy_slots")
-        for col in (0, 1):
-            self.view.ci.layout.setColumnStretchFactor(col, 1)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.view)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         # The key of the anomaly plot lives under the charts: a legend box would cover it.
         self.key = QLabel("anomalies: " + "  ".join(
             f"<span style='color:{pen}'>■ {html.escape(ANOMALY_LABELS[k])}</span>"
             for k, pen in zip(ANOMALY_KINDS, _ANOMALY_PENS, strict=True)))
         self.key.setStyleSheet(f"color: {MUTED}; padding: 0 4px;")
+        self.key.setWordWrap(True)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
         lay.addWidget(self.title)
-        lay.addWidget(self.view, 1)
+        lay.addWidget(self.scroll, 1)
         lay.addWidget(self.key)
+        self._arrange(2)
+
+    def _arrange(self, rows: int) -> None:
+        """Lay the plots out on `rows` rows (GRIDS); the grid's floor (`MIN_PLOT_HEIGHT` a
+        plot) is the view's minimum size: below it the scroll area scrolls instead."""
+        if rows == self.rows:
+            return
+        self.rows = rows
+        layout = self.view.ci
+        for plot in self.plots.values():
+            if plot.scene() is not None:
+                layout.removeItem(plot)
+        grid = GRIDS[rows]
+        for name, plot in self.plots.items():
+            row, col, span = grid[name]
+            layout.addItem(plot, row=row, col=col, colspan=span)
+        columns = max(col + span for _row, col, span in grid.values())
+        for col in range(5):
+            layout.layout.setColumnStretchFactor(col, 1 if col < columns else 0)
+        self.view.setMinimumHeight(rows * (MIN_PLOT_HEIGHT + ROW_OVERHEAD))
+        self.view.setMinimumWidth(columns * MIN_PLOT_WIDTH)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        # Two rows where they fit at full height (or where five columns would not), else one.
+        tall = self.scroll.height() >= 2 * (MIN_PLOT_HEIGHT + ROW_OVERHEAD)
+        narrow = self.width() < 5 * MIN_PLOT_WIDTH
+        self._arrange(2 if tall or narrow else 1)
 
     def _add_curve(self, plot, key: str, colour: str, symbol=None, name=None) -> None:
         kw = {"symbol": symbol, "symbolSize": 5, "symbolBrush": colour, "symbolPen": None} \
@@ -144,6 +195,11 @@ class MetricsCharts(QWidget):
 
     def points(self, key: str) -> int:
         return len(self.buffers[key])
+
+    def plot_heights(self) -> dict[str, float]:
+        """Each plot's data area, in px as laid out now (what a reader gets to see)."""
+        return {name: plot.getViewBox().sceneBoundingRect().height()
+                for name, plot in self.plots.items()}
 
     def refresh(self) -> None:
         src = self.source

@@ -6,12 +6,15 @@ with a file chooser), a built-in pack (`--pack`, the names the window was given)
 server (`--upstream URL`); and a cap on each reply's tokens (`--max-tokens`, none: as
 recorded). OK is enabled only when the choice is complete; `choice()` returns it as an
 `EngineChoice` (inspector/rerun.py) and `whole_recording()` says what to send. The window opens
-it (widgets/main_window.py) and starts the rerun on accept. GUI thread only.
+it (widgets/main_window.py) and starts the rerun on accept. `rerun_blocker` says why a row
+cannot be re-run at all (the window then turns the action off, with that as its tooltip,
+rather than fail after the dialog). GUI thread only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -31,10 +34,30 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.record.recording import is_recording
 from inspector.rerun import EngineChoice
+from inspector.tracks import Track
 from widgets.theme import MUTED
 
 DEFAULT_MAX_TOKENS = 256  # a rerun is a look at another engine, not a long generation
+
+
+def _is_recording(path: Path) -> bool:
+    try:
+        return is_recording(path)
+    except OSError:  # gone since it was opened
+        return False
+
+
+def rerun_blocker(track: Track | None, recording: Path | None) -> str | None:
+    """Why *Re-run on…* cannot start for this row (None: it can). `recording`: the open
+    recording the row was played from, if any (its whole recording can still be sent)."""
+    if track is None:
+        return "Select a request in the list first"
+    if track.request is None and (recording is None or not _is_recording(recording)):
+        return (f"{track.id} holds no request to send again: it is a model output from a "
+                "text file, or a row whose request the window no longer holds")
+    return None
 
 
 class RerunDialog(QDialog):

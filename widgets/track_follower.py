@@ -5,11 +5,33 @@ remembers the track and its `generation`, calls the view's `_reset()` hook, then
 `sync` redraws from scratch when the track's events restarted (its generation moved on), and
 otherwise calls the view's `_draw_new(track)` hook to draw only what arrived since the last
 frame. GUI thread only; reads tracks, never writes them.
+
+Also owns `follow_target`, the request list's *Follow newest* rule: which row the window
+shows while following.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from inspector.tracks import Track
+
+FOLLOW_SCAN = 64  # rows looked at, newest first: the queue and the slots, with room to spare
+
+
+def follow_target(rows: Iterable[Track | None]) -> Track | None:
+    """The row *Follow newest* shows, from rows newest first: the newest one generating; when
+    none is, the newest that has started at all (done, cancelled, failed). Queued rows are
+    passed over: their panes are empty until a slot takes them. None: only queued rows."""
+    fallback = None
+    for i, track in enumerate(rows):
+        if track is None or i >= FOLLOW_SCAN:
+            break
+        if track.status == "generating":
+            return track
+        if track.status != "queued" and fallback is None:
+            fallback = track
+    return fallback
 
 
 class TrackFollower:

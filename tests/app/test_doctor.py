@@ -66,3 +66,40 @@ def test_the_engine_describes_its_llama_cpp_build():
     assert isinstance(info.gpu_offload, bool)
     with pytest.raises(dataclasses.FrozenInstanceError):
         info.version = "0"  # type: ignore[misc]
+
+
+def test_the_doctor_names_the_libraries_qts_window_plugin_lacks():
+    """ldd on PySide6's own xcb plugin, run here independently: each library it cannot find
+    is named with the Debian package that brings it (or the plugin is said to load)."""
+    import shutil
+
+    from app.doctor import XCB_PACKAGES, xcb_plugin
+
+    plugin = xcb_plugin()
+    if plugin is None or shutil.which("ldd") is None:
+        pytest.skip("no xcb plugin or no ldd here (not a Linux PySide6)")
+    out = subprocess.run(["ldd", str(plugin)], capture_output=True, text=True).stdout
+    missing = sorted({line.split()[0] for line in out.splitlines() if "not found" in line})
+    row = doctor()["Qt platform"]
+    if not missing:
+        assert row.startswith("xcb loads")
+    else:
+        assert row.startswith("xcb cannot load: missing ")
+        for lib in missing:
+            assert lib in row and XCB_PACKAGES.get(lib, lib) in row.split("sudo apt install ")[1]
+
+
+def test_the_missing_libraries_of_a_stock_debian_map_to_their_packages():
+    """What ldd prints on a stock Debian 12 with PySide6 6.x (the three libraries the window
+    needs before Qt starts), read as the doctor reads it."""
+    from app.doctor import missing_libraries, packages_for
+
+    ldd = ("\tlinux-vdso.so.1 (0x00007ffd)\n"
+           "\tlibxcb-cursor.so.0 => not found\n"
+           "\tlibxcb-icccm.so.4 => not found\n"
+           "\tlibxcb.so.1 => /lib/x86_64-linux-gnu/libxcb.so.1 (0x00007f)\n"
+           "\tlibxcb-keysyms.so.1 => not found\n"
+           "\tlibxcb-icccm.so.4 => not found\n")
+    missing = missing_libraries(ldd)
+    assert missing == ["libxcb-cursor.so.0", "libxcb-icccm.so.4", "libxcb-keysyms.so.1"]
+    assert packages_for(missing) == ["libxcb-cursor0", "libxcb-icccm4", "libxcb-keysyms1"]

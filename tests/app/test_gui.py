@@ -133,3 +133,57 @@ def test_the_qt_bindings_keep_none_alive(qapp):
     from app.gui import check_qt_bindings
 
     assert check_qt_bindings() is None
+
+
+def test_a_busy_port_offers_a_free_one(qloop, qtbot, replay_service, tmp_path):
+    """Port taken at start: the server stays off, the status bar offers a free port, and
+    neither that button nor the Server button tries the busy port again."""
+    import socket
+
+    from app.gui import Inspector
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    inspector = Inspector(replay_service(*OUTPUTS), port=port)
+    window = inspector.window
+    qtbot.addWidget(window)
+    window.show()
+
+    async def scenario() -> None:
+        assert await inspector.start_server() is None
+        assert window.server_label.text().startswith(f"server off: 127.0.0.1:{port}: ")
+        offered = inspector.port
+        assert offered != port and window.port_btn.isVisible()
+        assert window.port_btn.text() == f"Use free port {offered}"
+        window.port_btn.click()
+        await until(lambda: inspector.url is not None)
+        assert inspector.url == f"http://127.0.0.1:{offered}/v1"
+        assert not window.port_btn.isVisible()
+        # Off, then on again with the Server button: the port that works, not the busy one.
+        window.server_action.setChecked(False)
+        await until(lambda: inspector.url is None)
+        window.server_action.setChecked(True)
+        await until(lambda: inspector.url is not None)
+        assert inspector.url.endswith(f":{offered}/v1")
+        await inspector.close()
+
+    try:
+        qloop.run_until_complete(scenario())
+    finally:
+        busy.close()
+
+
+def test_the_window_names_where_it_records(qtbot, replay_service):
+    from app.gui import Inspector, recordings_folder
+
+    service = replay_service(*OUTPUTS, record=True)
+    inspector = Inspector(service, port=0)
+    window = inspector.window
+    qtbot.addWidget(window)
+    path = service.recorder.path
+    assert window.record_label.text() == f"Recording to {path.name}"
+    assert window.record_label.toolTip() == f"Recording to {path}"
+    assert window.recordings_dir == recordings_folder()
+    assert str(recordings_folder()) in window.actions_by_name["recordings"].text()
