@@ -103,6 +103,7 @@ class Inspector:
                  geometry: tuple[int, int] | None = None) -> None:
         """`settings`: a QSettings the window saves its layout to and restores it from
         (None: neither); `geometry`: a size that overrides the saved one (--size)."""
+        from app.prompt_context import context_source
         from inspector.playback import Playback
         from inspector.tracks import LiveFeed, TrackStore
         from widgets.main_window import MainWindow
@@ -123,6 +124,10 @@ class Inspector:
                                  guard_calls=service.guard_calls
                                  if getattr(engine, "guards_calls", False) else None,
                                  settings=settings, size=geometry)
+        # The Prompt view's tokenizer and render (where the context went; prompt diffs).
+        self._exit = contextlib.ExitStack()
+        self.window.prompt.set_context_source(
+            self._exit.enter_context(context_source(service, self.store)))
         recorder = service.recorder
         self.window.set_recordings(recordings_folder(),
                                    recorder.path if recorder is not None else None)
@@ -292,6 +297,7 @@ class Inspector:
         await self.stop_server()
         self.feed.close()
         self.service.engine.close()
+        self._exit.close()
         telemetry.close(self.service)  # the last spans, within a bound
         recorder = self.service.recorder
         if recorder is not None:
