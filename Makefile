@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 BENCHSTAMP := $(VENV)/.installed-bench
 
-.PHONY: run test lint bench bench-server bench-gui bench-peers clean screenshot package
+.PHONY: run test test-fast lint bench bench-server bench-gui bench-peers clean screenshot package
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,14 @@ test: $(DEVSTAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
+
+# The fast lane: every test that loads no model, opens no window and starts no process (the
+# markers are set from what each test uses: tests/conftest.py), with 25 examples a property.
+test-fast: $(DEVSTAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	HYPOTHESIS_PROFILE=fast QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q \
+		-m "not model and not window and not process"
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .

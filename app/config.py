@@ -15,7 +15,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from app import upstream
+from app import embed, telemetry, upstream
 from app.preflight import check_model, check_renders, check_template
 from engine.backends.llama.kv_plan import KVLayout, plan_context, plan_kv
 from engine.chat.detect import preserved_tokens
@@ -34,8 +34,26 @@ DEFAULT_PARALLEL = 4  # requests decoded at once: Open WebUI's chat, title and f
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pack", help="a built-in pack name (smollm2, gemma3-270m, qwen3-xml, "
                    "qwen3-hermes) or a pack directory (a GGUF plus tokenizer/chat_template.jinja)")
-    p.add_argument("--model", help="a GGUF file; its chat template comes from its metadata "
-                   "(or from --pack when both are given)")
+    p.add_argument("--model", action=ModelFiles, help="a GGUF file; its chat template comes "
+                   "from its metadata (or from --pack when both are given). Repeatable: "
+                   "several serve them all, loaded on demand (as --models-dir)")
+    p.set_defaults(models=[])
+    p.add_argument("--models-dir", type=Path, default=None, metavar="DIR",
+                   help="serve every *.gguf in DIR and its subfolders (one level; a "
+                   "multi-part GGUF is one model), each loaded when a request names it")
+    p.add_argument("--models-preset", type=Path, default=None, metavar="FILE",
+                   help="per-model settings (TOML, one table per model: alias, aliases, "
+                   "n_ctx, parallel, threads, pack, template, dialect, flash_attn, pin, ttl); "
+                   "the command line's flags are the defaults")
+    p.add_argument("--models-max-memory", type=byte_size, default=None, metavar="SIZE",
+                   help="the most memory the resident models may take together by their "
+                   "memory plan (weights, KV cache, buffers), least recently used unloaded "
+                   "first (default: half this machine's memory)")
+    p.add_argument("--models-max", type=_at_least_one, default=None, metavar="N",
+                   help="the most models resident at once (default: as many as fit)")
+    p.add_argument("--load-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="how long a request waits for its model to load before a 503 with "
+                   "Retry-After (default 300)")
     p.add_argument("--dialect", choices=dialects.NAMES, help="the tool-call dialect to parse "
                    "(default: the pack's, or the family detected from the GGUF's chat template)")
     p.add_argument("--replay", nargs="+", metavar="FILE", help="serve recorded sessions or "
@@ -85,12 +103,35 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-guard-calls", action="store_true",
                    help="let calls under tool_choice auto sample freely: by default, once the "
                    "model opens a real call the rest follows the tool's schema")
+    p.add_argument("--reasoning-budget", type=int, default=None, metavar="N",
+                   help="the most tokens a reply's reasoning may hold before Prism closes it "
+                   "with the family's own close and the answer follows (0: no reasoning; "
+                   "default: no budget); a request's reasoning_budget, reasoning_effort or "
+                   "thinking.budget_tokens overrides it")
     p.add_argument("--no-record", action="store_true", help="do not record requests")
     p.add_argument("--escape-special", action="store_true",
                    help="tokenize message content as plain text, so a special token a user "
                    "types (<|im_start|>...) is not read as a control token")
     p.add_argument("--record-to", type=Path, help="session file (default: the user data dir)")
     upstream.add_arguments(p)
+    embed.add_arguments(p)  # --no-embeddings, --embed-ctx
+    telemetry.add_arguments(p)  # --otlp-endpoint, --otlp-content
+
+
+class ModelFiles(argparse.Action):
+    """--model, repeatable: `models` lists every file, `model` keeps the first (what a
+    single-model start reads, unchanged)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        namespace.models = [*getattr(namespace, "models", []), values]
+        if len(namespace.models) == 1:
+            namespace.model = values
+
+
+def uses_catalog(args: argparse.Namespace) -> bool:
+    """Several models: --models-dir, --models-preset or more than one --model."""
+    return bool(getattr(args, "models_dir", None) or getattr(args, "models_preset", None)
+                or len(getattr(args, "models", None) or ()) > 1)
 
 
 def port_number(text: str) -> int:
@@ -264,4 +305,6 @@ def build_service(args: argparse.Namespace) -> Service:
     service = Service(engine, pack, metrics=Metrics(engine), recorder=recorder)
     service.escape_special = args.escape_special  # engine/chat/special.py
     service.guard_calls = not args.no_guard_calls  # engine/backends/llama/guard.py
+    service.reasoning_budget = args.reasoning_budget  # engine/chat/budget.py
+    service.embedder = embed.embedder_for(args, engine)  # /v1/embeddings (app/embed.py)
     return service

@@ -11,22 +11,48 @@ size, uvicorn's lines and one line per refused request (issue 9, item 2). Bindin
 but a loopback address without an API key is refused before the model loads: the server runs
 code-adjacent tools' requests and spends the machine's compute, so it must not be open to a
 network by accident. Runs on the main thread: `asyncio.run` around uvicorn's
-`Server.serve()`, which stops on Ctrl-C / SIGTERM.
+`Server.serve()`.
+
+Stopping: SIGINT (Ctrl-C), SIGTERM (`kill`, `docker stop`, systemd) and SIGHUP (the terminal
+closing) all stop it the same way, and a requested stop exits 0. uvicorn's own handlers are not
+used: from 0.29 it raises the captured signal again once it has shut down, and a SIGTERM raised
+with its default action kills the process before the `finally` that writes the disk cache's
+pending saves and closes the recording (a reply's entry was lost, a `*.kv.tmp-*` left behind).
+`StopSignals` takes the three for the whole run: the first tells the server to stop (and the
+recorder that cancels from now on are the stop's, not their clients'), a second SIGINT stops
+waiting for open connections, and any signal during the cleanup is noted and ignored. The
+engine is closed inside the event loop, once uvicorn has stopped: a stream the stop cut still
+reports its end to its run there, recorded as a cancel by the shutdown. A worker thread that
+dies of an uncaught exception is logged by `thread_died`; if it was the engine's, nothing can
+answer any more, so the server stops and exits 1 after the same cleanup.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
+import uvicorn
+
+from app import telemetry
 from app.api.guard import api_key_arg, positive_int
-from app.config import add_engine_arguments, build_service, port_number
+from app.config import add_engine_arguments, build_service, port_number, uses_catalog
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
+# SIGHUP does not exist on Windows; SIGBREAK (Ctrl-Break) exists only there.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")
+                     if hasattr(signal, name))
+
+log = logging.getLogger("prism")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,6 +98,81 @@ def check_host(host: str, api_key: str | None) -> None:
         )
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handling: `StopSignals` stops it instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class StopSignals:
+    """The stop requests of one `prism serve`: its signal handlers (main thread only; they set
+    flags and take no lock, since they interrupt whatever the main thread holds) and a dying
+    engine thread (`thread_died`, on that thread)."""
+
+    def __init__(self, server: uvicorn.Server, recorder=None) -> None:
+        self.server = server
+        self.recorder = recorder
+        self.received: list[int] = []  # the signals, in order
+        self.failed = ""  # why the server stopped on its own ("" when asked to)
+        self.closing = False  # the cleanup has begun: signals are noted, nothing more
+
+    def __call__(self, sig: int, frame: FrameType | None) -> None:
+        self.received.append(sig)
+        if self.closing:
+            return
+        if self.recorder is not None:
+            self.recorder.stopping()
+        if self.server.should_exit and sig == signal.SIGINT:
+            self.server.force_exit = True  # a second Ctrl-C: stop waiting for connections
+        self.server.should_exit = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Handle the stop signals until the block ends (the cleanup included)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {sig: signal.signal(sig, self) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+    def thread_died(self, args: threading.ExceptHookArgs, engine) -> None:
+        """threading.excepthook: log the error; if the engine's worker is what died (the engine
+        is closed and nobody asked), stop the server: every request would wait forever."""
+        name = args.thread.name if args.thread is not None else "?"
+        if args.exc_type is SystemExit:
+            return
+        log.error("[prism] thread %s stopped on an uncaught error", name,
+                  exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+        if getattr(engine, "state", None) == "closed" and not self.server.should_exit:
+            self.failed = f"the engine's thread ({name}) stopped on an error"
+            if self.recorder is not None:
+                self.recorder.stopping()
+            self.server.should_exit = True
+
+    def describe(self) -> str:
+        names = ", ".join(signal.Signals(s).name for s in self.received)
+        return f"stopping ({names})" if names else "stopping"
+
+
+async def _serve_then_close(server: uvicorn.Server, sock, service, stop: StopSignals) -> None:
+    """Serve until stopped, then close the engine while this loop still runs: the jobs it
+    ends (a stream the stop cut) report their last tokens and finish to runs on this loop, and
+    on a closed loop that report fails and the job ends as an error instead of a cancel."""
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        stop.closing = True
+        print(f"prism: {stop.failed or stop.describe()}: closing the engine and the "
+              "recording", file=sys.stderr, flush=True)
+        await asyncio.to_thread(service.engine.close)
+
+
 def run(args: argparse.Namespace) -> int:
     check_host(args.host, args.api_key)
     if args.tap and not args.upstream:
@@ -87,11 +188,16 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"prism serve: cannot listen on {args.host}:{args.port}: "
                          f"{e.strerror or e}") from None
     port = sock.getsockname()[1]
+    if uses_catalog(args):  # several models, loaded on demand: app/serve_catalog.py
+        from app.serve_catalog import serve_catalog
+
+        return serve_catalog(args, sock)
     try:
         service = build_service(args)
     except BaseException:
         sock.close()
         raise
+    telemetry.start(args, service)  # --otlp-endpoint: one span per request
     config = ServerConfig(
         host=args.host,
         port=port,
@@ -111,14 +217,26 @@ def run(args: argparse.Namespace) -> int:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(f"prism: serving {service.engine.name} ({service.pack.name}) on "
           f"http://{shown}:{port}/v1", file=sys.stderr, flush=True)
-    try:
-        asyncio.run(make_server(state, args.host, port, log_level=args.log_level)
-                    .serve(sockets=[sock]))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
-        service.engine.close()
-        if service.recorder is not None:
-            service.recorder.close()
+    server = _Server(make_server(state, args.host, port, log_level=args.log_level).config)
+    stop = StopSignals(server, service.recorder)
+    old_hook, threading.excepthook = (threading.excepthook,
+                                      lambda a: stop.thread_died(a, service.engine))
+    with stop.installed():
+        try:
+            asyncio.run(_serve_then_close(server, sock, service, stop))
+        finally:
+            # Every way out comes here (a signal, the engine dying, an error in the server):
+            # the pending cache saves are written and the recording closed before the exit.
+            stop.closing = True
+            sock.close()
+            try:
+                service.engine.close()  # closed already, unless the loop itself failed
+            finally:
+                if service.recorder is not None:
+                    service.recorder.close()
+                telemetry.close(service)  # the last spans, within a bound
+                threading.excepthook = old_hook
+    if stop.failed:
+        print(f"prism serve: {stop.failed}", file=sys.stderr, flush=True)
+        return 1
     return 0

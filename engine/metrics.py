@@ -141,6 +141,7 @@ class Metrics:
             "anomalies": dict.fromkeys(ANOMALY_KINDS, 0),
             "implicit_reasoning_ends": 0,
             "guided_tokens": 0,
+            "reasoning_budget": 0,  # reasonings the budget closed (engine/chat/budget.py)
         }
 
     # -- observers -------------------------------------------------------------------------
@@ -210,6 +211,11 @@ class Metrics:
             if req is not None:
                 req.guided_tokens += 1
             self._totals["guided_tokens"] += 1
+
+    def reasoning_budget(self, id: str) -> None:
+        """Count one reasoning closed by its budget (engine/backends/llama/budget.py)."""
+        with self._lock:
+            self._totals["reasoning_budget"] += 1
 
     def anomaly(self, id: str, kind: str, text: str = "", t: float | None = None) -> None:
         """Count one anomaly; `text` is what it concerns (for an implicit end of thinking, the

@@ -27,6 +27,7 @@ from engine.parse.events import (
     GUIDED_TOKEN,
     IMPLICIT_REASONING_END,
     REASONING,
+    REASONING_BUDGET,
     Event,
     ParseResult,
 )
@@ -68,6 +69,11 @@ class TokenPipeline:
         self.clock = clock
         self.n_tokens = 0
         self.n_chars = 0  # output characters fed so far (a guided token's event sits there)
+        # Tokens the model wrote inside its reasoning, as the parser assigned them (a token
+        # read while the reasoning is open, or one that gave reasoning text); the reasoning
+        # budget counts these (engine/chat/budget.py). Forced tokens are markup, not counted.
+        self.reasoning_tokens = 0
+        self._forcing = False  # the last token was forced (a close in progress)
         self._reasoning_tail = ""  # for the implicit-end log line: what preceded the call
         self._filters = Chain(filters)
         check = ArgumentCheck(tools)
@@ -95,6 +101,18 @@ class TokenPipeline:
         """Parse one token, record it, and count it at `t` (default: its own time)."""
         evs = self._see(self.parser.feed(tok.text))
         self.n_chars += len(tok.text)
+        if not tok.forced:
+            if self.parser.state == REASONING or any(ev.kind == REASONING for ev in evs):
+                self.reasoning_tokens += 1
+        elif not self._forcing:
+            # The reasoning budget's close begins: zero-width at this token's end, like a
+            # guided token's mark (a fact about the run, not an anomaly).
+            evs = [*evs, Event(REASONING_BUDGET,
+                               f"closed after {self.reasoning_tokens} reasoning tokens",
+                               (self.n_chars, self.n_chars))]
+            if self.metrics is not None:
+                self.metrics.reasoning_budget(self.id)
+        self._forcing = tok.forced
         if tok.guided is not None:
             # Where the call guard made the model write this token: zero-width at its end, its
             # text what the model itself drew (not an anomaly: a fact about the run).

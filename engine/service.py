@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from engine.backends.base import Engine, Finish, Job, Timings, Token
 from engine.backends.llama.vocab import PromptTooLong
 from engine.chat import special
+from engine.chat.budget import RunBudget, budget_of, close_text
 from engine.chat.detect import start_state
 from engine.chat.packs import Pack
 from engine.chat.request import ChatRequest, one_call_only
@@ -245,6 +246,9 @@ class Service:
         self.recorder = recorder
         self.escape_special = False  # --escape-special: message content tokenized as text
         self.guard_calls = True  # --no-guard-calls: calls under tool_choice auto unguarded
+        self.reasoning_budget: int | None = None  # --reasoning-budget: a request's default
+        self._budget_warned = False
+        self.embedder = None  # the model's Embedder (engine/backends/llama/embed.py), if any
         # What the engine's tokenizer takes beyond the text (engine/backends/llama/vocab.py's:
         # llama.cpp only).
         params = inspect.signature(engine.tokenize).parameters
@@ -265,6 +269,8 @@ class Service:
 
     def render(self, request: ChatRequest) -> str:
         thinking = tool_grammar.request_thinking(request, self.pack.thinking)
+        if budget_of(request, self.reasoning_budget) == 0:  # no reasoning: thinking off
+            thinking = False
         t0 = time.perf_counter()
         prompt = self.template.render(
             request.messages,
@@ -342,6 +348,9 @@ class Service:
         if getattr(self.engine, "guards_calls", False):  # an engine that samples (llama.cpp)
             job.guard = tool_grammar.request_guard(request, dialect or self.pack.dialect,
                                                    run.parser, self.engine, self.guard_calls)
+        budget = budget_of(request, self.reasoning_budget)
+        if budget is not None:
+            job.budget = self._budget(run, budget, dialect or self.pack.dialect)
         job.on_token = lambda tok: self._on_token(run, tok)
         job.on_finish = lambda fin: self._on_finish(run, fin)
         run.job = job
@@ -361,6 +370,22 @@ class Service:
         self._notify(RunUpdate(run, "start"))
         self.engine.submit(job)
         return run
+
+    def _budget(self, run: Run, tokens: int, dialect: str) -> RunBudget | None:
+        """The run's reasoning budget (engine/chat/budget.py), or None: a family without
+        reasoning markers has nothing to close, and an engine that does not sample (a replay,
+        an upstream's completions) cannot force the close: said once, in the log."""
+        close = close_text(dialect)
+        if not close:
+            return None
+        if not getattr(self.engine, "guards_calls", False):  # the engines that sample
+            if not self._budget_warned:
+                self._budget_warned = True
+                log.warning("[prism] the reasoning budget is not enforced by the %s engine: "
+                            "only an engine that samples can close the reasoning",
+                            self.engine.name)
+            return None
+        return RunBudget(tokens, close, run.pipeline)
 
     def _refused(self, request: ChatRequest, exc: TemplateError) -> None:
         """The chat template refused the request (its `raise_exception`, or a render that

@@ -5,7 +5,7 @@ tests/support.py.
 Hypothesis: `prism` (the default here): 300 examples a property, no deadline (2 shared cores).
 Under CI (the `CI` environment variable) the same, derandomized, so a submission's run explores
 the same examples every time and cannot fail on a fresh random draw. `HYPOTHESIS_PROFILE=deep`
-draws 4,000 examples a property, for hunting.
+draws 4,000 examples a property, for hunting; `fast` (`make test-fast`) 25, derandomized.
 
 The servers and windows the tests start keep their disk prompt cache (engine/backends/llama/
 disk_cache.py) in a folder of this session's, not the user's: XDG_CACHE_HOME is pointed at a
@@ -35,9 +35,35 @@ _base = {"max_examples": 300, "deadline": None,
 settings.register_profile("prism", **_base)
 settings.register_profile("ci", derandomize=True, database=None, **_base)
 settings.register_profile("deep", **{**_base, "max_examples": 4000})
+# `make test-fast`: the same properties, fewer examples (CI and `make test` keep 300).
+settings.register_profile("fast", derandomize=True, database=None,
+                          **{**_base, "max_examples": 25})
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "prism")
 )
+
+
+NEEDS = {
+    "model": "loads a real model (the default_model fixture, or marked so)",
+    "window": "opens Qt widgets or windows (qtbot, qapp)",
+    "process": "starts a subprocess: a server, a verb, an upstream",
+}
+
+
+def _needs(item) -> set[str]:
+    """What a test needs, from its fixtures and its module's imports: `make test-fast`
+    deselects the tests that need any of these, so no list of slow tests is kept by hand."""
+    names = set(getattr(item, "fixturenames", ()))
+    out = set()
+    if "default_model" in names or item.get_closest_marker("model") is not None:
+        out.add("model")
+    if {"qapp", "qtbot"} & names:
+        out.add("window")
+    module = getattr(item, "module", None)
+    spawns = ("subprocess", "ServerProcess", "start_live", "prism_serve")
+    if module is not None and any(n in vars(module) for n in spawns) or "prism_serve" in names:
+        out.add("process")
+    return out
 
 
 def pytest_collection_modifyitems(config, items):
@@ -49,6 +75,9 @@ def pytest_collection_modifyitems(config, items):
     full run in about ten segfaulted there. With the Qt tests last, no server test runs with a
     QApplication alive.
     """
+    for it in items:
+        for need in _needs(it):
+            it.add_marker(need)
     qt = [it for it in items if {"qapp", "qtbot"} & set(getattr(it, "fixturenames", ()))]
     if qt:
         ids = {id(it) for it in qt}

@@ -5,7 +5,8 @@ in the cached format of the state that produced it, the held-back tail drawn dim
 the pane of the parser's current state (redrawn each frame until it resolves), anomalies as
 inline markers with tooltips, and each tool call as a header plus its arguments, streamed as
 they come and pretty-printed once the call completes; the tools pane's title counts the tokens
-the call guard chose (the token strip shows which). Rendering is incremental: `sync()` draws
+the call guard chose (the token strip shows which), the reasoning pane's title when the
+reasoning budget closed the thinking (`reasoning_budget`). Rendering is incremental: `sync()` draws
 only the events that arrived since the last frame (merged first, so a frame of a hundred tokens
 is a handful of inserts). GUI thread only; reads tracks, never writes them.
 """
@@ -26,6 +27,7 @@ from engine.parse.events import (
     INVALID_ARGUMENTS,
     MARKUP,
     REASONING,
+    REASONING_BUDGET,
     REPAIRED_CALL,
     STRAY_THINK_END,
     TOOL_ARGS,
@@ -87,6 +89,7 @@ class ChannelPanes(TrackFollower, QWidget):
         self._invalid_next = ""  # how the next complete call's arguments break its schema
         self._counts = dict.fromkeys(PANES, 0)
         self._guided = 0  # guided_token events: tokens the call guard chose
+        self._budget = ""  # the reasoning_budget event's text: the budget closed the thinking
 
     # -- following a track (TrackFollower hooks) -------------------------------------------
 
@@ -152,6 +155,8 @@ class ChannelPanes(TrackFollower, QWidget):
             self._anomaly(ev)
         elif kind == GUIDED_TOKEN:
             self._guided += 1  # its text is the model's own draw: never drawn as output
+        elif kind == REASONING_BUDGET:
+            self._budget = ev.text  # shown in the reasoning pane's title, not as output
 
     def _call_header(self, index: int, name: str, call_id: str | None) -> None:
         pane = self.panes["call"]
@@ -227,7 +232,8 @@ class ChannelPanes(TrackFollower, QWidget):
     def _update_titles(self) -> None:
         c = self._counts
         extra = {
-            "reasoning": f"  ·  {c['reasoning']} chars",
+            "reasoning": f"  ·  {c['reasoning']} chars" + (
+                f"  ·  budget: {self._budget}" if self._budget else ""),
             "content": f"  ·  {c['content']} chars",
             "call": f"  ·  {c['call']} complete" + (
                 f"  ·  {self._guided} guided token{'s' * (self._guided != 1)}"

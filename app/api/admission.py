@@ -46,12 +46,15 @@ _hooked: weakref.WeakSet[Service] = weakref.WeakSet()
 
 def retry_after(state: AppState, depth: int) -> int:
     """Seconds until a slot is likely free: the queue times the mean request time so far."""
-    metrics = state.service.metrics
     mean_s = 1.0
-    if metrics is not None:
-        totals = metrics.snapshot()["totals"]
-        if totals.get("finished"):
-            mean_s = (totals["prompt_ms"] + totals["decode_ms"]) / totals["finished"] / 1000.0
+    finished = busy_ms = 0.0
+    for service in state.services():
+        if service.metrics is not None:
+            totals = service.metrics.snapshot()["totals"]
+            finished += totals.get("finished") or 0
+            busy_ms += totals.get("prompt_ms", 0) + totals.get("decode_ms", 0)
+    if finished:
+        mean_s = busy_ms / finished / 1000.0
     return max(1, math.ceil(depth * mean_s))
 
 
@@ -70,10 +73,10 @@ class Admission:
     def admit(self, state: AppState, waiting_for: str = "waiting for the model") -> Ticket:
         """A ticket for one request, or a 429 (with Retry-After) when `--max-queue` requests
         wait already. Called on the loop's thread when a request is accepted."""
-        engine = state.service.engine
+        engines = [service.engine for service in state.services()]
         limit = state.config.max_queue
-        with self._lock:
-            depth = engine.queue_depth() + self._preparing
+        with self._lock:  # over the whole server: every resident model's queue
+            depth = sum(engine.queue_depth() for engine in engines) + self._preparing
             if depth < limit:
                 self._preparing += 1
                 return Ticket(self)

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import StrictBool
 
-from app.api import runs
+from app.api import convert, models, runs
 from app.api import tool_choice as choices
 from app.api.blocks import CLOSE, OPEN, TEXT, THINKING, Block, Blocks, Step, blocks_of
 from app.api.convert import (
@@ -143,9 +143,12 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
                        param="messages")
     if body.max_tokens is not None and body.max_tokens < 1:
         raise APIError("invalid_request", "'max_tokens' must be at least 1", param="max_tokens")
-    thinking = None
+    thinking = budget = None
     if body.thinking is not None:
         thinking = body.thinking.type != "disabled"
+        # Disabled: no reasoning even where the template opens it; enabled: its budget_tokens.
+        budget = 0 if not thinking else convert.reasoning_budget(
+            body.thinking.budget_tokens, field="thinking.budget_tokens")
     tools = tuple(function_tool(t.name, t.description, t.input_schema,
                                 f"tools[{i}].input_schema")
                   for i, t in enumerate(body.tools or ()))
@@ -163,6 +166,7 @@ def to_chat_request(body: MessagesBody) -> ChatRequest:
         tool_name=choice.name,
         parallel_calls=choice.parallel_calls,
         guard_calls=body.guard_calls,
+        reasoning_budget=budget,
         api="anthropic",
         model=body.model,
     )
@@ -223,10 +227,14 @@ async def count_tokens(request: Request):
     state = get_state(request)
     body = await read_body(request, MessagesBody)
     chat = to_chat_request(body)
+    lease = await models.lease_for(state, chat.model)  # counted by the model's vocabulary
     try:
-        n = await asyncio.to_thread(state.service.count_tokens, chat)  # off the loop
+        n = await asyncio.to_thread(models.service_of(state, lease).count_tokens, chat)
     except Exception as e:  # a template that refuses the conversation -> 400
         raise from_exception(e) from e
+    finally:
+        if lease is not None:
+            lease.release()
     return {"input_tokens": n}
 
 

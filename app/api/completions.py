@@ -33,14 +33,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import model_validator
 
-from app.api import runs
+from app.api import models, runs
 from app.api.admission import Ticket
 from app.api.convert import Lenient, read_body, sampling, stop_tuple
 from app.api.errors import APIError, openai_error_body
 from app.api.sse import data_line, dumps, sse_response
 from app.api.state import AppState, get_state
 from engine.backends.base import Finish, Job, Timings, Token
-from engine.service import ContextOverflow
+from engine.catalog import Lease
+from engine.service import ContextOverflow, Service
 
 router = APIRouter()
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this endpoint (vLLM and llama-cpp-python agree)
@@ -179,14 +180,21 @@ async def submit(state: AppState, body: CompletionBody) -> RawRun:
     """Admit the request (app/api/admission.py: 429 past --max-queue, counted from now),
     tokenize its prompt in a worker thread and queue its job."""
     ticket = state.admission.admit(state)
+    lease = None
     try:
-        return await _queue(state, body, ticket)
+        lease = await models.lease_for(state, body.model)
+        return await _queue(state, models.service_of(state, lease), body, ticket, lease)
+    except BaseException:
+        if lease is not None:  # its job never reached the engine
+            lease.release()
+        raise
     finally:
         ticket.release()  # refused or cancelled before its job was queued (else a no-op)
 
 
-async def _queue(state: AppState, body: CompletionBody, ticket: Ticket) -> RawRun:
-    engine = state.service.engine
+async def _queue(state: AppState, service: Service, body: CompletionBody, ticket: Ticket,
+                 lease: Lease | None) -> RawRun:
+    engine = service.engine
     prompt = body.text
     ids = await asyncio.to_thread(engine.tokenize, prompt)
     n_ctx, n_prompt = engine.n_ctx, len(ids)
@@ -204,7 +212,7 @@ async def _queue(state: AppState, body: CompletionBody, ticket: Ticket) -> RawRu
         submitted_at=time.perf_counter(),
     )
     run = RawRun(job, n_prompt)
-    metrics = state.service.metrics
+    metrics = service.metrics
     if metrics is not None:
         on_token, on_finish = job.on_token, job.on_finish
 
@@ -218,6 +226,8 @@ async def _queue(state: AppState, body: CompletionBody, ticket: Ticket) -> RawRu
 
         job.on_token, job.on_finish = counted_token, counted_finish
         metrics.request_started(run.id, "completions", engine.name, n_prompt)
+    if lease is not None:  # the model stays resident until the job ends
+        lease.bind(job)
     with ticket.handing():  # counted by the engine's queue from here on
         engine.submit(job)
     return run

@@ -30,6 +30,7 @@ from app.api.validate import (
     parse_json,
     schema_grammar,
 )
+from engine.chat.budget import effort_budget
 from engine.chat.request import Message, Sampling
 
 M = TypeVar("M", bound=BaseModel)
@@ -197,3 +198,16 @@ def check_json_output(text: str, schema: dict) -> str | None:
     except jsonschema.ValidationError as e:
         return f"the output does not match the schema: {e.message}"
     return None
+
+
+def reasoning_budget(budget: Any, effort: str | None = None,
+                     field: str = "reasoning_budget") -> int | None:
+    """A request's thinking budget (engine/chat/budget.py): `budget` as given (a whole number
+    of tokens, 0 for no reasoning; anything else is the caller's 400 naming `field`), else the
+    budget `effort` stands for (OpenAI's reasoning_effort), else None (the server's default)."""
+    if budget is not None:
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise APIError("invalid_request", f"'{field}' must be a whole number of tokens, "
+                           "0 or more", param=field)
+        return budget
+    return effort_budget(effort.strip().lower()) if isinstance(effort, str) else None

@@ -125,6 +125,12 @@ class _SnapshotCollector:
             "(engine/backends/llama/guard.py).", labels=["model"])
         guided.add_metric([model], totals["guided_tokens"])
         yield guided
+        budget = CounterMetricFamily(
+            "prism_reasoning_budget",
+            "Replies whose reasoning reached its budget and was closed by the family's writer "
+            "(--reasoning-budget, a request's reasoning_budget).", labels=["model"])
+        budget.add_metric([model], totals.get("reasoning_budget", 0))
+        yield budget
         waiting = live["queue_depth"] + self.preparing()
         for name, help_text, value in (
             ("prism_requests_running", "Requests started and not finished, less the waiting.",
@@ -199,9 +205,25 @@ async def metrics(request: Request):
     wants_json = request.query_params.get("format") == "json" or (
         "application/json" in request.headers.get("accept", "")
     )
+    if state.catalog is not None:
+        return catalog_metrics(state, wants_json)
     if wants_json:
         if state.service.metrics is None:
             raise APIError("not_found", "metrics are not collected by this server")
         return JSONResponse(state.service.metrics.snapshot())
     exporter: PrometheusExporter = request.app.state.prometheus
     return Response(exporter.text(), media_type=CONTENT_TYPE_LATEST)
+
+
+def catalog_metrics(state, wants_json: bool):
+    """Several models: each resident model's snapshot, labelled by its id (a model's figures
+    start again when it is loaded again)."""
+    resident = [(model, svc) for model, svc in state.catalog.services()
+                if svc.metrics is not None]
+    if wants_json:
+        return JSONResponse({"models": {model: svc.metrics.snapshot()
+                                        for model, svc in resident}})
+    registry = CollectorRegistry()
+    for model, svc in resident:
+        registry.register(_SnapshotCollector(svc, model))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

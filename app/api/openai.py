@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import StrictBool
 
-from app.api import runs
+from app.api import convert, models, runs
 from app.api import tool_choice as choices
 from app.api.chat_logprobs import MAX_TOP_LOGPROBS, ContentTokens, engine_top
 from app.api.convert import (
@@ -109,6 +109,7 @@ class ChatBody(Lenient):
     guard_calls: StrictBool | None = None  # Prism's: false leaves calls unguarded
     chat_template_kwargs: dict | None = None
     reasoning_effort: str | None = None
+    reasoning_budget: Any = None  # Prism's (and llama.cpp's): the thinking budget in tokens
     enable_thinking: bool | None = None
     response_format: dict | None = None
     continue_final_message: bool | None = None  # vLLM
@@ -201,6 +202,7 @@ def to_chat_request(body: ChatBody) -> ChatRequest:
         tool_name=choice.name,
         parallel_calls=body.parallel_tool_calls is not False,
         guard_calls=body.guard_calls,
+        reasoning_budget=convert.reasoning_budget(body.reasoning_budget, body.reasoning_effort),
         api="openai",
         model=body.model,
         top_logprobs=engine_top(bool(body.logprobs), body.top_logprobs or 0),
@@ -340,13 +342,17 @@ async def stream_chunks(state: AppState, run: Run, model: str, include_usage: bo
 
 @router.get("/v1/models")
 async def list_models(request: Request):
-    return {"object": "list", "data": [model_card(request)]}
+    """Every model, with its `status` (app/api/models.py: llama.cpp's router shape)."""
+    return {"object": "list", "data": models.model_cards(request)}
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request):
     state = get_state(request)
-    card = model_card(request)
+    if state.catalog is not None:
+        wanted = models.resolve(state.catalog, model_id)
+        return next(c for c in models.model_cards(request) if c["id"] == wanted)
+    card = models.model_cards(request)[0]
     known = {card["id"], state.service.engine.name, state.service.pack.name}
     if model_id not in known:
         raise APIError("not_found", f"The model '{model_id}' does not exist; this server "

@@ -28,7 +28,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field, StrictBool
 
-from app.api import runs
+from app.api import convert, runs
 from app.api import tool_choice as choices
 from app.api.blocks import DELTA, OPEN, TEXT, THINKING, TOOL, Block, Blocks, Step, blocks_of
 from app.api.convert import (
@@ -108,6 +108,7 @@ class ResponsesBody(Lenient):
     tool_choice: str | dict | None = None
     parallel_tool_calls: StrictBool | None = None  # false: one call per reply; echoed
     guard_calls: StrictBool | None = None  # Prism's: false leaves calls unguarded
+    reasoning_budget: Any = None  # Prism's: the thinking budget in tokens
     text: TextIn | None = None
     reasoning: ReasoningIn | None = None
     previous_response_id: str | None = None
@@ -207,6 +208,8 @@ def to_chat_request(body: ResponsesBody) -> tuple[ChatRequest, dict | None]:
         tool_name=choice.name,
         parallel_calls=body.parallel_tool_calls is not False,
         guard_calls=body.guard_calls,
+        reasoning_budget=convert.reasoning_budget(
+            body.reasoning_budget, body.reasoning.effort if body.reasoning else None),
         api="responses",
         model=body.model,
     ), schema

@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
+from app.api import models
 from app.api.admission import submit_run
 from app.api.errors import APIError, from_exception, kind_for_status
 from app.api.redact import client_error
@@ -62,10 +63,19 @@ def capped(state: AppState, request: ChatRequest) -> ChatRequest:
 
 async def submit(state: AppState, request: ChatRequest) -> Run:
     """Admit the request (app/api/admission.py: 429 past --max-queue, counted from now),
+    find its model's service (app/api/models.py: with a catalog, waiting while it loads),
     then render and queue it in a worker thread."""
     request = capped(state, request)
     ticket = state.admission.admit(state)
-    work = asyncio.ensure_future(asyncio.to_thread(submit_run, ticket, state.service, request))
+    try:
+        lease = await models.lease_for(state, request.model)
+    except BaseException:
+        ticket.release()
+        raise
+    service = models.service_of(state, lease)
+    work = asyncio.ensure_future(asyncio.to_thread(submit_run, ticket, service, request))
+    if lease is not None:  # the run, once started, keeps its model resident until it ends
+        work.add_done_callback(lambda _: lease.release())
     try:
         return await asyncio.shield(work)
     except asyncio.CancelledError:

@@ -27,8 +27,10 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app.api import anthropic, completions, errors, openai, responses, runs, tap
+from app import telemetry
+from app.api import anthropic, completions, errors, models, openai, responses, runs, tap
 from app.api import metrics as metrics_api
+from app.api.embeddings import router as embeddings_router
 from app.api.errors import APIError, error_response
 from app.api.guard import Guard
 from app.api.listen import HeaderTimeoutH11
@@ -46,14 +48,17 @@ def version() -> str:
 
 
 def create_app(state: AppState) -> FastAPI:
-    exporter = metrics_api.PrometheusExporter(
-        state.service, model=state.model_id, preparing=lambda: state.admission.preparing)
-    exporter.observe()
+    exporter = None
+    if state.service is not None:  # a catalog's models are read per request (metrics.py)
+        exporter = metrics_api.PrometheusExporter(
+            state.service, model=state.model_id, preparing=lambda: state.admission.preparing)
+        exporter.observe()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        exporter.close()
+        if exporter is not None:
+            exporter.close()
 
     app = FastAPI(title="Prism", version=version(), lifespan=lifespan,
                   docs_url=None, redoc_url=None)
@@ -64,19 +69,24 @@ def create_app(state: AppState) -> FastAPI:
     # A client that left before its non-streamed reply: its job is cancelled, nobody reads.
     app.add_exception_handler(
         runs.ClientGone, lambda request, exc: JSONResponse({}, status_code=499))
-    if isinstance(state.service.engine, tap.TapEngine):  # --tap: first, so its chat routes
-        app.include_router(tap.router)  # take the place of Prism's own
-    for module in (openai, anthropic, responses, completions, metrics_api):
+    # --tap: first, so its chat routes take the place of Prism's own
+    if state.service is not None and isinstance(state.service.engine, tap.TapEngine):
+        app.include_router(tap.router)
+    for module in (openai, anthropic, responses, completions, metrics_api, models):
         app.include_router(module.router)
     app.add_api_route("/health", health, methods=["GET"])
+    app.include_router(embeddings_router)  # POST /v1/embeddings
     app.add_api_route("/v1/health", health, methods=["GET"])
     app.add_api_route("/props", props, methods=["GET"])
     app.add_middleware(Guard, state=state)
+    telemetry.install(app, state.service)  # a caller's traceparent, when traced
     return app
 
 
 async def health(request: Request):
     state = get_state(request)
+    if state.catalog is not None:  # the server answers; each model's state is in /models
+        return {"status": "ok"}
     engine = state.service.engine
     if state.loading or not engine.ready.is_set():
         return _unavailable(request, "Loading model")
@@ -92,14 +102,24 @@ def _unavailable(request: Request, message: str) -> JSONResponse:
 
 
 async def props(request: Request):
-    """llama.cpp server's /props, for clients that read the context size and template."""
+    """llama.cpp server's /props, for clients that read the context size and template; with
+    a catalog, of the model `?model=ID` names (llama.cpp's router: loaded for the answer)."""
     state = get_state(request)
-    svc = state.service
+    lease = await models.lease_for(state, request.query_params.get("model", ""))
+    try:
+        return _props(state, models.service_of(state, lease),
+                      lease.model if lease is not None else state.model_id)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _props(state: AppState, svc, model_id: str) -> dict:
     engine, pack = svc.engine, svc.pack
     return {
         "default_generation_settings": {
             "n_ctx": engine.n_ctx,
-            "model": state.model_id,
+            "model": model_id,
             "params": {"n_predict": state.config.max_tokens or -1,
                        "temperature": DEFAULT.temperature,
                        "top_k": DEFAULT.top_k, "top_p": DEFAULT.top_p, "min_p": DEFAULT.min_p,
@@ -108,7 +128,7 @@ async def props(request: Request):
         # llama-server's clients size their concurrency by it (--parallel here).
         "total_slots": svc.metrics.slots()[1] if svc.metrics is not None else 1,
         "model_path": Path(pack.gguf).name if pack.gguf else "",  # never the user's dirs
-        "model_alias": state.model_id,
+        "model_alias": model_id,
         "chat_template": pack.template,
         "bos_token": pack.bos_token,
         "eos_token": pack.eos_token,

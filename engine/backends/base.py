@@ -31,6 +31,9 @@ class Token:
     # itself drew, which the call's grammar refused and replaced with this one; None when the
     # model wrote this token (or no guard ran).
     guided: str | None = None
+    # The reasoning budget's mark (engine/backends/llama/budget.py): the engine appended this
+    # token, part of the family's reasoning close, instead of sampling one.
+    forced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,18 @@ class Guard(Protocol):
     def opened(self) -> int | None: ...
 
 
+class Budget(Protocol):
+    """What a job's reasoning budget asks of the service: `close`, the text that ends the
+    family's reasoning (its writer's), and `spent(held)`, asked on the engine thread before
+    each token is drawn: True when the parser has the reasoning open and it holds its budget's
+    tokens, counting `held` tokens the engine has not delivered yet (a stop string's prefix).
+    The engine then appends `close`'s tokens as if sampled (engine/backends/llama/budget.py)."""
+
+    close: str
+
+    def spent(self, held: int = 0) -> bool: ...
+
+
 @dataclass(eq=False)
 class Job:
     """One generation. The engine calls `on_token` for each token and `on_finish` once, both
@@ -126,6 +141,7 @@ class Job:
     stop: tuple[str, ...] = ()
     grammar: str | None = None
     guard: Guard | None = None  # guarded calls (the llama engine; ignored where no grammar runs)
+    budget: Budget | None = None  # the reasoning budget (an engine that can force tokens)
     top_logprobs: int = 0
     on_token: Callable[[Token], None] = lambda tok: None
     on_finish: Callable[[Finish], None] = lambda fin: None

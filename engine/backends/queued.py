@@ -49,13 +49,13 @@ class StopGate:
         self.stopped = False
         self.hit: str | None = None  # the stop string that stopped it
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self._pending: list[list[Any]] = []  # [id, text, t, top, guided] not yet released
+        self._pending: list[list[Any]] = []  # [id, text, t, top, guided, forced] not released
         self._text = ""  # concatenated text of _pending
 
     def push(self, tok_id: int, data: bytes, t: float, top: tuple = (),
-             guided: str | None = None) -> list[Token]:
+             guided: str | None = None, forced: bool = False) -> list[Token]:
         text = self._decoder.decode(data)
-        self._pending.append([tok_id, text, t, top, guided])
+        self._pending.append([tok_id, text, t, top, guided, forced])
         self._text += text
         # A stop string can only begin inside pending text: whatever could start one was held.
         hits = [(p, s) for s in self.stops if (p := self._text.find(s)) >= 0]
@@ -66,6 +66,11 @@ class StopGate:
         if self._decoder.getstate()[0]:
             return []  # half a character waiting for its next bytes
         return self._release_upto(len(self._text) - self._hold())
+
+    @property
+    def held(self) -> int:
+        """Tokens pushed and not released yet (a stop string's possible start)."""
+        return len(self._pending)
 
     def finish(self) -> list[Token]:
         tail = self._decoder.decode(b"", final=True)  # dangling bytes -> U+FFFD
@@ -88,19 +93,19 @@ class StopGate:
         out: list[Token] = []
         end = 0
         while self._pending and end + len(self._pending[0][1]) <= limit:
-            tok_id, text, t, top, guided = self._pending.pop(0)
+            tok_id, text, t, top, guided, forced = self._pending.pop(0)
             end += len(text)
-            out.append(Token(tok_id, text, t, top, guided))
+            out.append(Token(tok_id, text, t, top, guided, forced))
         self._text = self._text[end:]
         return out
 
     def _release_all(self, cut: int) -> list[Token]:
         out: list[Token] = []
         pos = 0
-        for tok_id, text, t, top, guided in self._pending:
+        for tok_id, text, t, top, guided, forced in self._pending:
             keep = max(0, min(len(text), cut - pos))
             pos += len(text)
-            out.append(Token(tok_id, text[:keep], t, top, guided))
+            out.append(Token(tok_id, text[:keep], t, top, guided, forced))
         self._pending.clear()
         self._text = ""
         return out

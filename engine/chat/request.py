@@ -74,6 +74,8 @@ class ChatRequest:
     guard_calls: None (the server's default: on), True or False: once the model opens a real
     call under tool_choice "auto", the rest of it follows the tool's schema
     (engine/backends/llama/guard.py). A request field `guard_calls` in every API sets it.
+    reasoning_budget: the most tokens the reasoning may hold before the family's close is
+    forced (engine/chat/budget.py); 0: no reasoning; None: the server's --reasoning-budget.
     api: the client it came from, for the request log ("openai", "anthropic", "responses",
     "gui", "replay"). Not to be confused with the pack's tool-call dialect.
     """
@@ -90,6 +92,7 @@ class ChatRequest:
     tool_name: str | None = None
     parallel_calls: bool = True
     guard_calls: bool | None = None
+    reasoning_budget: int | None = None
     top_logprobs: int = 0
     api: str = "openai"
     model: str = ""

@@ -33,8 +33,14 @@ ANOMALY = "anomaly"
 # so nothing counts it among the anomalies (`result_of`, the metrics and the ledger count only
 # `anomaly` events); zero-width, so the spans still tile the output.
 GUIDED_TOKEN = "guided_token"
+# A fact about the run too: the reasoning budget ended the reasoning (the engine appended the
+# family's close, engine/backends/llama/budget.py). Zero-width at the end of the close's first
+# token; its text says after how many reasoning tokens. Emitted by the pipeline from the
+# tokens' `forced` marks, so a recording played back shows it where it happened live.
+REASONING_BUDGET = "reasoning_budget"
 
-KINDS = (REASONING, CONTENT, MARKUP, TOOL_START, TOOL_ARGS, TOOL_CALL, ANOMALY, GUIDED_TOKEN)
+KINDS = (REASONING, CONTENT, MARKUP, TOOL_START, TOOL_ARGS, TOOL_CALL, ANOMALY, GUIDED_TOKEN,
+         REASONING_BUDGET)
 
 # Anomaly kinds, in the order they are reported everywhere (CLI, metrics, GUI badges).
 IMPLICIT_REASONING_END = "implicit_reasoning_end"

@@ -18,7 +18,7 @@ Format, version 1 (one JSON object per line):
     {"type": "request", "id", "t", "request": {...}, "prompt", "start_state", "api",
      "dialect", "stream_tools", "tools": [...], "reading": {...}}
     {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]],
-     ["guided": text]}
+     ["guided": text], ["forced": true]}
     {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"],
      ["stop_sequence"], ["status"], ["prefix"], ["refused"], ["cancelled_by"]}
 
@@ -49,7 +49,9 @@ its request record (a record type of its own, so readers that predate it skip it
 A token's `guided` (issue 22; absent in older files and on every token the model wrote itself,
 which keeps files small) is the text of the token the model drew where the call guard
 (engine/backends/llama/guard.py) made it take this one instead: playback shows it, the ledger
-counts it.
+counts it. A token's `forced` (absent unless true, and in older files) marks a token of the
+reasoning budget's close (engine/backends/llama/budget.py): appended by the engine, not drawn;
+the pipeline shows a `reasoning_budget` event where the first of them stands.
 
 A request's `reading` is how its output is read (engine/parse/reading.py, `Reading.to_dict`):
 the parser's settings and the request's policy (one call per reply, calls as text). Files
@@ -415,6 +417,8 @@ class Recorder:
             rec["top"] = [[text, round(lp, 5)] for text, lp in token.top]
         if token.guided is not None:  # only where the guard acted: most tokens have none
             rec["guided"] = token.guided
+        if token.forced:  # only the reasoning budget's close
+            rec["forced"] = True
         self._write(rec)
 
     def stopping(self) -> None:
@@ -528,7 +532,7 @@ class _Builder:
             guided = None if guided is None else str(guided)
             if self.keep_tokens:
                 toks.append(Token(int(rec["tok"]), str(rec["text"]), float(rec["t"]), top,
-                                  guided))
+                                  guided, rec.get("forced") is True))
             else:
                 int(rec["tok"])  # the same checks as a Token's, so the same damage is found
                 toks.append((str(rec["text"]), float(rec["t"])))

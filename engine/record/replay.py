@@ -9,7 +9,9 @@ Sources, in order, each giving one or more outputs:
   called): one output per recorded request, in file order, with the recorded token texts,
   ids, times and finish reason, the conversation it answered, and the start state and dialect
   it was parsed with. A damaged recording plays what precedes the damage (a warning is
-  logged); a request the file ends before plays what was recorded and finishes with "length".
+  logged); a request the file ends before plays what was recorded and finishes with "length",
+  and so does one a stopping server cut (`"cancelled_by": "shutdown"`): the client that sent it
+  did not cancel, so a replay must not answer it as cancelled (a 503).
 - any other file: plain UTF-8 text taken as one whole model output, finishing with "stop".
   It is cut into tokens deterministically by `split_text`: each piece is optional leading
   whitespace plus up to 4 non-space characters (a long word becomes several pieces; trailing
@@ -66,7 +68,7 @@ from engine.chat.request import ChatRequest
 from engine.parse import families as dialects
 from engine.parse.events import TOOL_CALL
 from engine.parse.reading import Reading
-from engine.record.recording import is_recording, load_recording, request_to_dict
+from engine.record.recording import SHUTDOWN, is_recording, load_recording, request_to_dict
 
 PLAIN_TOKENS_PER_S = 50.0
 _PIECE = re.compile(r"\s*\S{1,4}|\s+")
@@ -154,9 +156,11 @@ def load_outputs(path: Path | str) -> tuple[list[ReplayOutput], str]:
     session = load_recording(path)
     outs = []
     for req in session.requests:
-        # A request a crash cut off replays what was recorded of it, as a length-capped
-        # answer: the client gets the text, not an error that never happened live.
-        reason, error = req.outcome if req.finish is not None else ("length", None)
+        # A request a crash or a stopping server cut off replays what was recorded of it, as
+        # a length-capped answer: the client gets the text, not an error (or a cancel) its
+        # client never caused live.
+        cut = req.finish is None or (req.finish == "cancelled" and req.cancelled_by == SHUTDOWN)
+        reason, error = ("length", None) if cut else req.outcome
         outs.append(ReplayOutput(
             req.tokens, reason, error, f"{path}#{req.id}",
             turns=_turns(req.request.get("messages") or ()),
@@ -271,7 +275,8 @@ class ReplayEngine(QueuedEngine):
         if dealt:
             nxt = self._next(dealt)
             if nxt in self._calls and not request.tools:
-                return (f"replay: the next output ({outs[nxt].source or f'#{nxt + 1}'}) holds a "
+                name = Path(outs[nxt].source).name or f"#{nxt + 1}"  # never a local path
+                return (f"replay: the next output ({name}) holds a "
                         "tool call, so it goes to the next request that declares tools, and "
                         "this one declares none (--replay-strict-order hands outputs out in "
                         "order whatever the request)")

@@ -6,11 +6,13 @@ re-parse of a recording) and its finish (the engine's reason, error, stop string
 status). It is the inspector's reading of a request: nothing a client is sent changes.
 
 The verdict is the first of these that holds, most decisive first: the template refused the
-request; an upstream answered with an error; the engine failed; the client cancelled; the reply
-ran into `max_tokens` (in the reasoning, in a call, or in the content); a stop string ended it;
-a call was left unfinished; a call was malformed; a call was written but dropped (a tool the
-request did not declare, or a call past the first where one call per reply is allowed); a call
-was recovered from the reasoning (written inside the thinking); it called a tool; it answered.
+request; an upstream answered with an error; the engine failed; the server stopping cut it; the
+client cancelled; the reply ran into `max_tokens` (in the reasoning, in a call, or in the
+content); a stop string ended it; a call was left unfinished; a call was malformed; a call was
+written but dropped (a tool the request did not declare, or a call past the first where one
+call per reply is allowed); a call was recovered from the reasoning (written inside the
+thinking); it called a tool; it answered after the reasoning budget closed its thinking; it
+answered.
 A kind a newer parser adds decides nothing here until it is given a place. Each verdict names
 its deciding event by index into the events it was given (None where no event decided, as for
 a cancel) and by raw span, so a click can show it.
@@ -31,6 +33,7 @@ from engine.parse.events import (
     MALFORMED_CALL,
     MARKUP,
     REASONING,
+    REASONING_BUDGET,
     TOOL_ARGS,
     TOOL_CALL,
     TOOL_START,
@@ -43,6 +46,7 @@ TEMPLATE_REFUSED = "template_refused"
 UPSTREAM_ERROR = "upstream_error"
 ENGINE_ERROR = "error"
 CANCELLED = "cancelled"
+SHUTDOWN = "shutdown"
 LENGTH_IN_REASONING = "length_in_reasoning"
 LENGTH_IN_CALL = "length_in_call"
 LENGTH = "length"
@@ -53,12 +57,14 @@ CALL_DROPPED = "call_dropped"
 CALL_FROM_REASONING = "call_from_reasoning"
 CALLED_TOOL = "called_tool"
 ANSWERED = "answered"
+BUDGET_CLOSED = "budget_closed"  # answered after the reasoning budget closed the thinking
 
-KINDS = (ANSWERED, CALLED_TOOL, CALL_FROM_REASONING, CALL_UNFINISHED, CALL_MALFORMED,
+KINDS = (ANSWERED, BUDGET_CLOSED, CALLED_TOOL, CALL_FROM_REASONING, CALL_UNFINISHED, CALL_MALFORMED,
          CALL_DROPPED, LENGTH_IN_REASONING, LENGTH_IN_CALL, LENGTH, STOP_STRING, CANCELLED,
-         UPSTREAM_ERROR, ENGINE_ERROR, TEMPLATE_REFUSED)
+         SHUTDOWN, UPSTREAM_ERROR, ENGINE_ERROR, TEMPLATE_REFUSED)
 LABELS = {
     ANSWERED: "answered",
+    BUDGET_CLOSED: "answered after the reasoning budget",
     CALLED_TOOL: "called a tool",
     CALL_FROM_REASONING: "call recovered from the reasoning",
     CALL_UNFINISHED: "call left unfinished",
@@ -69,6 +75,7 @@ LABELS = {
     LENGTH: "cut by max_tokens",
     STOP_STRING: "stopped at a stop string",
     CANCELLED: "cancelled by the client",
+    SHUTDOWN: "cut by the server stopping",
     UPSTREAM_ERROR: "upstream error",
     ENGINE_ERROR: "engine error",
     TEMPLATE_REFUSED: "refused by the template",
@@ -130,12 +137,13 @@ def _length(events: Sequence[Event]) -> Verdict:
 
 def verdict_of(events: Sequence[Event], reason: str | None, *, error: str | None = None,
                stop_sequence: str | None = None, status: int | None = None,
-               upstream: bool = False, refused: str = "") -> Verdict:
+               upstream: bool = False, refused: str = "", cancelled_by: str = "") -> Verdict:
     """The verdict on one request: its events, and the engine's finish `reason` ("stop",
     "length", "cancelled", "error"; "tool_calls" reads as "stop"; None: it never finished).
     `upstream`: an upstream server generated it, so an error is the upstream's. `refused`: the
     finish's mark of a request refused before generation ("template": by the chat template;
-    engine/record/recording.py), else the error's own words say it."""
+    engine/record/recording.py), else the error's own words say it. `cancelled_by`: a cancel's
+    cause as recorded ("shutdown": the server stopping; "": the client)."""
     if reason is None:
         return Verdict(ENGINE_ERROR, "the recording ends before this request finished")
     if reason == "error":
@@ -145,6 +153,8 @@ def verdict_of(events: Sequence[Event], reason: str | None, *, error: str | None
         if upstream or status is not None:
             return Verdict(UPSTREAM_ERROR, f"HTTP {status}: {text}" if status else text)
         return Verdict(ENGINE_ERROR, text)
+    if reason == "cancelled" and cancelled_by == "shutdown":
+        return _at(events, _last(events), SHUTDOWN, "the server stopped before the reply ended")
     if reason == "cancelled":
         return _at(events, _last(events), CANCELLED, "the client cancelled the request")
     if reason == "length":
@@ -172,6 +182,10 @@ def verdict_of(events: Sequence[Event], reason: str | None, *, error: str | None
     if calls:
         name = events[calls[0]].call.name if events[calls[0]].call else ""
         return _at(events, calls[0], CALLED_TOOL, f"called {name}" if name else "a tool call")
+    budget = next((i for i, ev in enumerate(events) if ev.kind == REASONING_BUDGET), None)
+    if budget is not None:  # the engine ended the thinking, not the model
+        return _at(events, budget, BUDGET_CLOSED,
+                   f"the reasoning budget closed the thinking ({events[budget].text})")
     last = _last(events, (MARKUP, ANOMALY))
     content = next((i for i in range(len(events) - 1, -1, -1) if events[i].kind == CONTENT),
                    last)
@@ -180,7 +194,7 @@ def verdict_of(events: Sequence[Event], reason: str | None, *, error: str | None
 
 def kind_of(result: dict | None, reason: str | None, *, error: str | None = None,
             stop_sequence: str | None = None, status: int | None = None,
-            upstream: bool = False, refused: str = "") -> str | None:
+            upstream: bool = False, refused: str = "", cancelled_by: str = "") -> str | None:
     """The kind `verdict_of` decides, from a recorded result (`ParseResult.to_dict()`) where
     its counts decide it, in the same order; None where only the events can say (a reply cut
     by max_tokens: which channel it ended in). A finish that reads no event (an error, a
@@ -190,7 +204,7 @@ def kind_of(result: dict | None, reason: str | None, *, error: str | None = None
     if reason is None or reason in ("error", "cancelled") or \
             (reason != "length" and stop_sequence is not None):
         return verdict_of((), reason, error=error, stop_sequence=stop_sequence, status=status,
-                          upstream=upstream, refused=refused).kind
+                          upstream=upstream, refused=refused, cancelled_by=cancelled_by).kind
     if reason == "length" or not isinstance(result, dict):
         return None
     found, calls = result.get("anomalies"), result.get("tool_calls")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from engine.backends.base import Finish, Job, Timings
 from engine.backends.llama.abort import PrefillAbort
+from engine.backends.llama.budget import BudgetClose
 from engine.backends.llama.chunks import ChunkSizer
 from engine.backends.llama.context import open_context
 from engine.backends.llama.disk_cache import DiskCache
@@ -218,6 +219,8 @@ class Batcher(SpeculativeSteps):
             a.drafter = Drafter(prompt)
         if job.guard is not None:  # the service gives none where a forced grammar binds the job
             a.guard = CallGuard(job.guard, self._vocab_ptr, self.n_vocab, self._eog)
+        if job.budget is not None and job.grammar is None:  # budget.py: a grammar would refuse
+            a.budget = BudgetClose(job.budget, self._close_tokens)
         slot.active = a
         job.slot = slot.seq
         self._order.append(a)
@@ -343,7 +346,11 @@ class Batcher(SpeculativeSteps):
             a.t_prompt = t
         g = a.guard
         own = None
-        if g is not None and g.active:
+        forced = a.budget.next_forced(a.gate.held) if a.budget is not None else None
+        if forced is not None:  # the reasoning budget's close: taken as if drawn (budget.py)
+            tok = forced
+            C.llama_sampler_accept(a.sampler.ptr, tok)
+        elif g is not None and g.active:
             tok, own = g.sample(a.sampler, self.ctx, a.row)
         else:
             tok = a.sampler.sample(self.ctx, a.row)
@@ -360,7 +367,7 @@ class Batcher(SpeculativeSteps):
         if own is not None:
             guided = piece(self._vocab_ptr, own, own in self.vocab.preserved).decode(
                 "utf-8", "replace")
-        for out in a.gate.push(tok, text, t_tok, top, guided):
+        for out in a.gate.push(tok, text, t_tok, top, guided, forced is not None):
             a.job.on_token(out)
         if g is not None:  # the parser has read the token: a call opened, or its grammar ended
             a.output.extend(text)
@@ -375,6 +382,15 @@ class Batcher(SpeculativeSteps):
                 a.drafter.extend((tok,))
             return True
         return False
+
+    def _close_tokens(self, text: str) -> list[int]:
+        """The reasoning close's tokens: special tokens parsed (Qwen3's `</think>` is one),
+        no BOS (budget.py)."""
+        ids = self.vocab.tokenize(text)
+        if ids and self.vocab.add_bos and ids[0] == self.vocab.bos and not (
+                self._bos_text and text.startswith(self._bos_text)):
+            ids = ids[1:]
+        return ids
 
     def _make_room(self, generating: list[Active]) -> list[Active]:
         """Cells for one more token per generating sequence; see the module docstring."""

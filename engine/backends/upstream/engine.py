@@ -248,8 +248,14 @@ class UpstreamEngine:
         card = next((c for c in cards if c.get("id") == self.model), cards[0] if cards else {})
         n_ctx = card.get("max_model_len") or card.get("context_length") or 0
         props: dict = {}
+        chosen = self.model or str(card.get("id") or "")
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            r = await self._client.get(self.root + "/props", timeout=5.0)
+            # A router (llama.cpp's, a Prism catalog: several models listed) answers for the
+            # model named, not the first one it lists.
+            several = chosen and len(cards) > 1
+            r = await self._client.get(self.root + "/props",
+                                       params={"model": chosen} if several else None,
+                                       timeout=5.0)
             if r.status_code == 200 and isinstance(r.json(), dict):
                 props = r.json()
         gen = props.get("default_generation_settings") or {}
@@ -260,6 +266,7 @@ class UpstreamEngine:
             bos_token=str(props.get("bos_token") or ""),
             eos_token=str(props.get("eos_token") or ""),
             owned_by=str(card.get("owned_by") or ""),
+            models=tuple(str(c["id"]) for c in cards if c.get("id")),
         )
         self.model = self.info.model
         self.name = self.model or self.name

@@ -36,6 +36,8 @@ class UpstreamInfo:
     bos_token: str = ""
     eos_token: str = ""
     owned_by: str = ""
+    # Every id its /v1/models lists (a llama.cpp router or a Prism catalog lists several).
+    models: tuple[str, ...] = ()
 
 
 def api_base(url: str) -> str:
