@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from app.api.errors import APIError
 from app.api.state import get_state
+from engine.grammar.bounds import relaxed_total
 from engine.record.model_info import LOCAL, REPLAY, ModelInfo, describe
 from engine.record.replay import ReplayEngine
 from engine.service import Service
@@ -125,6 +126,13 @@ class _SnapshotCollector:
             "(engine/backends/llama/guard.py).", labels=["model"])
         guided.add_metric([model], totals["guided_tokens"])
         yield guided
+        # Schema bounds too large for a grammar, dropped while sampling (the output is still
+        # checked against the whole schema): engine/grammar/bounds.py.
+        yield CounterMetricFamily(
+            "prism_schema_bounds_relaxed",
+            "Schema bounds (maxLength, maxItems, {m,n}, large enums, patterns) left out of a "
+            "grammar because they exceed its limits; the output is still checked.",
+            value=relaxed_total())
         budget = CounterMetricFamily(
             "prism_reasoning_budget",
             "Replies whose reasoning reached its budget and was closed by the family's writer "

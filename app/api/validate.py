@@ -117,7 +117,7 @@ def schema_grammar(schema: dict, field: str) -> str | None:
     logged), or a 400: when no value can match the schema (the converter writes an empty rule
     for `{"enum": []}`, `{"anyOf": []}`, `{"type": []}` wherever they occur), or when even the
     relaxed grammar exceeds the size limit (naming the field and the limit)."""
-    from engine.grammar.bounds import GrammarTooLarge
+    from engine.grammar.bounds import GrammarTooLarge, count_relaxed
     from engine.grammar.json_schema import schema_gbnf
     from engine.grammar.tools import brief
 
@@ -126,6 +126,7 @@ def schema_grammar(schema: dict, field: str) -> str | None:
     except GrammarTooLarge as e:
         raise _bad(str(e), param=field, code="schema_too_large") from None
     if got.relaxed:
+        count_relaxed(len(got.relaxed))
         log.warning("[prism] '%s': %d bounds are too large for a grammar and are not enforced "
                     "while sampling (the output is still checked): %s", field, len(got.relaxed),
                     brief(got.relaxed))

@@ -2,8 +2,9 @@
 
 Owns `bound(schema, path)` (a copy of the schema that expands to a bounded grammar, and what
 was relaxed to get there), `pattern_gbnf` (a schema `pattern` rewritten into the regex subset
-llama-cpp-python's converter turns into valid GBNF, or why not), `GrammarTooLarge` and the
-limits. Pure data work on the caller's thread (the asyncio loop's, or the service's).
+llama-cpp-python's converter turns into valid GBNF, or why not), `GrammarTooLarge`, the limits,
+and the count of bounds relaxed (`count_relaxed`, `relaxed_total`: a lock-guarded tally, any
+thread). Pure data work on the caller's thread (the asyncio loop's, or the service's).
 
 Why: llama-cpp-python's converter writes a `maxLength`, `maxItems` or regex `{m,n}` of N as N
 nested optional groups, `(c (c (c ...)?)?)?`. llama.cpp's GBNF parser recurses once per group:
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,23 @@ LITERAL_CHARS = 64 * 1024  # JSON text of one enum's (const's) values together
 PROPERTIES = 200  # declared properties of one object (the converter is quadratic in them)
 PATTERN_CHARS = 1000  # length of one pattern
 GRAMMAR_BYTES = 1024 * 1024  # the GBNF text of one schema, or of one forced-call grammar
+
+_tally_lock = threading.Lock()
+_tally = 0
+
+
+def count_relaxed(n: int) -> None:
+    """Count `n` bounds a grammar was built without (whoever reports them: one request's
+    output format, or one forced-call or guard grammar); `/metrics` exports the total."""
+    global _tally
+    with _tally_lock:
+        _tally += n
+
+
+def relaxed_total() -> int:
+    """Bounds relaxed since the process started (`prism_schema_bounds_relaxed_total`)."""
+    return _tally
+
 
 _DATA = frozenset({"enum", "const", "default", "examples"})  # values, not subschemas
 _MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties",

@@ -58,7 +58,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from engine.grammar.bounds import GRAMMAR_BYTES, GrammarTooLarge
+from engine.grammar.bounds import GRAMMAR_BYTES, GrammarTooLarge, count_relaxed
 from engine.grammar.writer import PREFIX, Writer, excluding
 from engine.parse.families import REGISTRY, CallGrammar
 
@@ -126,6 +126,7 @@ def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
     if len(grammar) > GRAMMAR_BYTES:
         raise GrammarTooLarge("tools", len(grammar))
     if w.relaxed:
+        count_relaxed(len(w.relaxed))
         log.warning("[prism] call grammar: %d schema bounds are too large for a grammar and "
                     "are not enforced while sampling: %s", len(w.relaxed), brief(w.relaxed))
     return grammar

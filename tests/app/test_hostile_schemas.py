@@ -86,6 +86,14 @@ def server(default_model):
         assert max(map(len, err.splitlines()), default=0) < 4000
 
 
+def relaxed(http) -> float:
+    """`prism_schema_bounds_relaxed_total` from /metrics."""
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith("prism_schema_bounds_relaxed_total"):
+            return float(line.split()[-1])
+    raise AssertionError("prism_schema_bounds_relaxed_total is not exported")
+
+
 def check(proc, http, reply: httpx.Response, what: str) -> None:
     assert proc.poll() is None, f"{what}: the server died (exit {proc.returncode})"
     assert http.get("/health").status_code == 200, what
@@ -102,8 +110,12 @@ def test_every_hostile_schema_under_every_mode_leaves_the_server_alive(server):
     proc, http = server
     for case, schema in HOSTILE.items():
         for mode in MODES:
+            before = relaxed(http)
             reply = http.post("/v1/chat/completions", json=body(schema, mode))
             check(proc, http, reply, f"{case} / {mode}")
+            if case.startswith("max") and mode in ("response_format", "required", "named"):
+                # A bound left out of the grammar is counted, not only logged.
+                assert relaxed(http) > before, f"{case} / {mode}"
             # These relax to a bounded grammar: nothing here is refused for its grammar (a
             # 10k-value enum in a tool is a prompt too long for this context, which is fine).
             assert reply.status_code == 200 or reply.json()["error"]["code"] == \
