@@ -13,7 +13,8 @@ The rules (docs/design.md, section 4 "The parser", which gives the reasoning beh
    start of the reasoning or right after `\\n`, outside a ``` / ~~~ fence, and when the
    dialect's opener follows after whitespace. Undecided text is held back. A call opened this
    way that never completes goes back to reasoning, verbatim.
-4. In content, `<tool_call>` + opener starts a call unless inside a fence or inline backticks;
+4. In content, `<tool_call>` + opener starts a call unless inside a fence or inline backticks
+   (in the reasoning too; a code span that quotes call markup runs on over line ends);
    so does a bare `<function=` (Qwen XML) at a line start, a `repaired_call` if it completes.
    Calls that needed repairs (engine/dialects) count `repaired_call` once, naming them.
 5. A stray `</think>` in content is dropped (anomaly) and the answer streams on.
@@ -324,11 +325,10 @@ class OutputParser(CallStates, TagStates):
             self._nl_from = -1
             if c == "`":
                 if md.lead < 0 and not md.frun:  # md.backtick() mid-line, inlined: no fence run
-                    if chan == CONTENT:
-                        md.tick_run += 1
+                    md.tick_run += 1  # in the reasoning too: no call starts inside backticks
                     md.line_start = False
                 else:
-                    md.backtick(chan == CONTENT)
+                    md.backtick(True)
                 i += 1
                 continue
             # md.char(c), with its two common cases inlined: mid-line, and a line's plain

@@ -61,7 +61,11 @@ class TagStates:
         mk = self._mk
         undecided = False
         close = mk.think_close
-        calls_on = not quoted and (chan == CONTENT or md.line_start or bool(mk.inline_calls))
+        # No call starts inside a fence or inline backticks, in either channel (md.call_quoted()).
+        calls_on = not (quoted or md.tick) and (
+            chan == CONTENT or md.line_start or bool(mk.inline_calls))
+        if md.tick and not md.marked and md.fence is None:
+            undecided = self._mark_span(buf, i)
         bare_on = (calls_on and chan == CONTENT and md.line_start and not self._code_above
                    and self._bare_calls)
         close_on = close is not None and (chan == REASONING or not quoted)
@@ -77,7 +81,7 @@ class TagStates:
                     return _TAG
                 self._think_close(i)
                 return _TAG
-            undecided = m == PREFIX
+            undecided = undecided or m == PREFIX
         if calls_on:
             for opener in mk.calls:
                 if opener in mk.line_calls and not md.line_start:
@@ -114,6 +118,20 @@ class TagStates:
         if frame_on:
             return self._frame_tag(buf, i, eof, (close_on, calls_on, bare_on, frame_on))
         return _TEXT
+
+    def _mark_span(self, buf: str, i: int) -> bool:
+        """A call opener inside an inline code span marks it as quoting call markup
+        (`Quoting.marked`: it then runs on over line ends). True while undecided (the text ends
+        inside an opener), so the span is marked the same at every chunking."""
+        for opener in self._mk.calls:
+            if len(opener) > 1:  # Llama's bare `{` quotes no markup
+                m = match_literal(buf, i, opener)
+                if m == FULL:
+                    self._md.marked = True
+                    return False
+                if m == PREFIX:
+                    return True
+        return False
 
     def _opened_start(self, buf: str, i: int, eof: bool) -> Tag:
         """The output's first characters when the prompt ended with a call opener

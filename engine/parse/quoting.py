@@ -3,7 +3,8 @@ code spans and the start of a line.
 
 Owns `Quoting`, a small mutable record that `OutputParser._scan_text` (engine/parse/parser.py)
 updates at the few characters that matter (newline, backtick, tilde, space, `<`) and reads when it
-meets a tag: a tag inside a fence, or inside backticks in the answer, is quoted text; a call in the
+meets a tag: a tag inside a fence, or inside backticks in the answer, is quoted text; a call never
+starts inside a fence or inline backticks, in the answer or the reasoning; a call in the
 reasoning counts only at the start of a line (docs/design.md, section 4 "The parser", rules 3
 and 4). One per parser, run by whichever thread drives that parser.
 
@@ -15,7 +16,10 @@ The rules it implements, CommonMark-like but deliberately small: a fence is a li
 (at most three spaces) is followed by three or more ``` or ~~~; it closes at a line of the same
 character, at least as long, with nothing but whitespace after it. An inline code span opens
 at a run of backticks and closes at a run of the same length, and ends at a newline (a stray
-backtick in prose must not disable calls for the rest of the answer).
+backtick in prose must not disable calls for the rest of the answer), unless it quotes call
+markup: a span in which a call opener stood (`marked`) runs on over line ends, as Markdown's
+does, to its closing run or a blank line, so the rest of a quoted call (`` `<｜DSML｜tool_calls>``
+then `<｜DSML｜invoke …>` on the next line) is never executed.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from __future__ import annotations
 class Quoting:
     """The per-line and per-block quoting state; see the module docstring."""
 
-    __slots__ = ("fblank", "fchar", "fence", "frun", "lead", "line_start", "tick", "tick_run")
+    __slots__ = ("fblank", "fchar", "fence", "frun", "lead", "line_start", "marked", "tick",
+                 "tick_run")
 
     def __init__(self) -> None:
         self.line_start = True  # previous character was \n, or the channel just began
@@ -33,13 +38,15 @@ class Quoting:
         self.frun = 0
         self.fblank = True  # nothing but whitespace after the candidate's run
         self.fence: tuple[str, int] | None = None  # the open fence: character, run length
-        self.tick = 0  # length of the open inline code span's backtick run (answer only)
+        self.tick = 0  # length of the open inline code span's backtick run
         self.tick_run = 0  # backticks just read, not yet applied to `tick`
+        self.marked = False  # a call opener stood inside the open span (it quotes markup)
 
     def reset(self, line_start: bool) -> None:
         """A channel begins (after a tag or a call): no fence, no code span."""
         self.fence = None
         self.tick = self.tick_run = 0
+        self.marked = False
         self.frun, self.fblank = 0, True
         self.line_start = line_start
         self.lead = 0 if line_start else -1
@@ -47,6 +54,10 @@ class Quoting:
     def quoted(self, in_content: bool) -> bool:
         """Is a tag here quoted text? Inside a fence always; inside backticks in the answer."""
         return self.fence is not None or (in_content and self.tick > 0)
+
+    def call_quoted(self) -> bool:
+        """Can no call start here? Inside a fence or inline backticks, in either channel."""
+        return self.fence is not None or self.tick > 0
 
     def settled(self) -> bool:
         """Plain text can change nothing here (the parser's fast path may skip it)."""
@@ -60,13 +71,17 @@ class Quoting:
                 self.fence = (self.fchar, self.frun)
             elif self.fchar == fence[0] and self.frun >= fence[1] and self.fblank:
                 self.fence = None
+        if self.tick_run:
+            self.apply_ticks()
+        # A span that quotes call markup runs on to its closing run or a blank line.
+        if not (self.tick and self.marked and not self.line_start):
+            self.tick, self.marked = 0, False
         self.frun, self.fblank, self.lead = 0, True, 0
-        self.tick = self.tick_run = 0
         self.line_start = True
 
     def backtick(self, counts: bool) -> None:
-        """A backtick: part of a fence run at the line's lead, and (`counts`: in the answer)
-        of an inline code span's run."""
+        """A backtick: part of a fence run at the line's lead, and (`counts`) of an inline
+        code span's run."""
         if self.lead >= 0 and (self.frun == 0 or self.fchar == "`"):
             self.fchar, self.frun = "`", self.frun + 1
         else:
@@ -121,4 +136,5 @@ class Quoting:
                 self.tick = r
             elif self.tick == r:
                 self.tick = 0
+                self.marked = False
             self.tick_run = 0

@@ -17,11 +17,14 @@ to `out` ("start" with the name, "args" with a JSON fragment) and sets `done`/`e
 `resume`/`name`/`arguments`; optionally `follow()`, the reader of the next call of the same list
 (Mistral's, Llama's).
 
-Shared readers: framed.py (markers around a name and JSON arguments), tagged.py (key/value
-parameters between tags), json_calls.py (a JSON list of call objects), pyliteral.py (Python
-literal values), common.py (matching and the call-body base). Adding a family is one new
-module here: the package imports every module it holds. Pure Python, standard library only,
-run by whichever thread drives the parser (docs/design.md, sections 4 and 8).
+A family whose calls fit a shape is its record (`FORMAT`, engine/parse/shapes/record.py
+`CallFormat`) handed to `shape_family` (engine/parse/shapes/build.py): the shape engine makes its
+reader, writer and forced-call grammar (tagged key/value, a JSON object in a wrapper, a JSON
+list, a Python-call list). Shared readers here: framed.py (markers around a name and JSON
+arguments), common.py (matching and the call-body base), hermes_json.py's JSON scanner. Adding
+a family is one new module here: the package imports every module it holds. Pure Python,
+standard library only, run by whichever thread drives the parser (docs/design.md, sections 4
+and 8).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from engine.parse.markers import THINK_MARKERS, Markers
 # Every module here that is not a shared reader is a family: importing it registers it, so a
 # new family is one new module and nothing else to edit (sorted, so the registration order,
 # and with it the tie-break of detection, is the same on every machine).
-_SHARED = frozenset({"common", "framed", "tagged", "registry", "json_calls", "pyliteral"})
+_SHARED = frozenset({"common", "framed", "registry"})
 for _mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _mod not in _SHARED:
         importlib.import_module(f"{__name__}.{_mod}")

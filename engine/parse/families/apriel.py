@@ -43,9 +43,9 @@ from __future__ import annotations
 import json
 
 from engine.parse.families.common import Match
-from engine.parse.families.json_calls import CallList, Element, list_opener
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
+from engine.parse.shapes.json_list import CallList, Element, list_opener
 
 NAME = "apriel"
 REASONING = "Here are my reasoning steps:"

@@ -39,9 +39,9 @@ import json
 from dataclasses import dataclass
 
 from engine.parse.families.common import Match
-from engine.parse.families.json_calls import CallList, Element, list_opener
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
+from engine.parse.shapes.json_list import CallList, Element, list_opener
 
 NAME = "command-r7b"
 THINK = "<|START_THINKING|>"

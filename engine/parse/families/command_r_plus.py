@@ -42,9 +42,9 @@ import re
 
 from engine.parse.families.command_r7b import CallElement
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
-from engine.parse.families.json_calls import CallList, list_opener
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
+from engine.parse.shapes.json_list import CallList, list_opener
 
 NAME = "command-r-plus"
 ACTION = "Action:"

@@ -21,17 +21,24 @@ literal, then the raw text); without the attribute the tool's schema decides
 (engine/parse/schema.py). Several invokes share one section: each `<｜DSML｜invoke name="` is read
 as its own call, and the section's end is consumed by the call before it.
 
+DeepSeek V4.1 writes the same tags with a space after `｜DSML｜` (`<｜DSML｜ calls>`,
+`<｜DSML｜ invoke name="`, `<｜DSML｜ parameter name="`, their closers: its encoding/encoding.py),
+read as another spelling of the one format. An invoke's body may also be one JSON arguments
+object (`<｜DSML｜invoke name="f">{"city": "Paris"}</｜DSML｜invoke>`, SGLang's
+DeepSeekV32Detector reads it), and an invoke without parameters may close itself
+(`<｜DSML｜invoke name="f"/>`).
+
 Choice where the other servers differ: a value is not stripped of its spaces (vLLM strips it),
 only of one leading and one trailing newline, as the other XML-like families.
 """
 
 from __future__ import annotations
 
-from engine.parse.families.common import Match
-from engine.parse.families.framed import call_or_word
-from engine.parse.families.registry import CallGrammar, Family, register, think_writer
-from engine.parse.families.tagged import TaggedCall, write_value
-from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
+from dataclasses import replace
+
+from engine.parse.families.registry import register
+from engine.parse.shapes.build import THINK, shape_family
+from engine.parse.shapes.record import TAGGED, CallFormat
 
 NAME = "dsml"
 SECTION = "<｜DSML｜function_calls>"
@@ -43,57 +50,25 @@ INVOKE_END = "</｜DSML｜invoke>"
 SECTION_END = "</｜DSML｜function_calls>"
 SECTION_END_V4 = "</｜DSML｜tool_calls>"
 
-MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, SECTION_V4, INVOKE))
-PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, "｜DSML｜")
+
+def _spelling(section: str, sp: str = "") -> CallFormat:
+    """One spelling of the format: its section's name and the space after `｜DSML｜` (V4.1)."""
+    tag = "｜DSML｜" + sp
+    return CallFormat(TAGGED, section=f"<{tag}{section}>\n", section_end=f"</{tag}{section}>",
+                      call=f'<{tag}invoke name="', name_end='">\n',
+                      param=f'<{tag}parameter name="', key_end='">',
+                      value_end=f"</{tag}parameter>\n", call_end=f"</{tag}invoke>\n",
+                      string_attr=True, json_body=True, self_closing=True)
 
 
-def match_opener(text: str, i: int) -> Match:
-    """After the section: an invoke; after an invoke's opener: `NAME">`."""
-    return call_or_word(text, i, INVOKE, CallParser.NAME_CHARS, ('">',))
+FORMAT = replace(_spelling("function_calls"),
+                 also=(_spelling("tool_calls"), _spelling("calls", " ")))
+PRESERVED_TOKENS = (THINK[0], THINK[1], "｜DSML｜")
 
-
-class CallParser(TaggedCall):
-    FUNC_OPEN = INVOKE
-    NAME_END = ('">',)
-    PARAM_OPEN = PARAM
-    KEY_END = '"'
-    ATTRS_END = ">"
-    VALUE_END = PARAM_END
-    FUNC_CLOSE = INVOKE_END
-    SECTION_CLOSE = (SECTION_END, SECTION_END_V4)
-
-    def attrs(self, text: str) -> bool | None:
-        flag = text.replace(" ", "")
-        if flag == 'string="true"':
-            return True
-        if flag == 'string="false"':
-            return False
-        return None
-
-
-def _write_call(call, index: int) -> str:
-    params = "".join(
-        f'{PARAM}{k}" string="{"true" if isinstance(v, str) else "false"}">'
-        f"{write_value(v)}{PARAM_END}\n"
-        for k, v in call.arguments.items())
-    return f'{INVOKE}{call.name}">\n{params}{INVOKE_END}\n'
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    params = w.tagged(i, fn, PARAM, lambda raw: f'" string="{"true" if raw else "false"}">',
-                      PARAM_END + "\n", PARAM_END)
-    return f'{w.seq(INVOKE + fn["name"] + chr(34) + ">" + chr(10))} {params} ' \
-        f"{w.seq(INVOKE_END + chr(10))}"
-
-
-FAMILY = register(Family(
-    name=NAME, models="DeepSeek V3.2, V4", markers=MARKERS, match_opener=match_opener,
-    call_parser=CallParser,
-    writer=think_writer(_write_call, calls_open=SECTION + "\n", calls_sep="",
-                  calls_close=SECTION_END),
+FAMILY = register(shape_family(
+    FORMAT, name=NAME, models="DeepSeek V3.2, V4, V4.1", reasoning=THINK,
     detect=("｜DSML｜",), supersedes=("deepseek",), stops=("<｜end▁of▁sentence｜>",),
     preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="dsml",
-    tag_forms=(r"</?｜DSML｜[A-Za-z_]+[^<>\n]*>",),
-    grammar=CallGrammar(_grammar_call, open=SECTION + "\n", close=SECTION_END),
+    tag_forms=(r"</?｜DSML｜ ?[A-Za-z_]+[^<>\n]*>",),
 ))
+MARKERS, CallParser, match_opener = FAMILY.markers, FAMILY.call_parser, FAMILY.match_opener

@@ -27,55 +27,25 @@ accepted at the end of output without `</tool_call>`.
 
 from __future__ import annotations
 
-from engine.parse.families.common import Match
-from engine.parse.families.framed import word_then
-from engine.parse.families.registry import CallGrammar, Family, register, think_writer
-from engine.parse.families.tagged import TaggedCall, write_value
-from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN, Markers
+from engine.parse.families.registry import register
+from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN
+from engine.parse.shapes.build import THINK, shape_family
+from engine.parse.shapes.record import TAGGED, CallFormat
 
 NAME = "glm"
 KEY = "<arg_key>"
 
-MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (CALL_OPEN,))
+FORMAT = CallFormat(TAGGED, call=CALL_OPEN, name_end="\n", param=KEY, key_end="</arg_key>\n",
+                    value="<arg_value>", value_end="</arg_value>\n", call_end=CALL_CLOSE,
+                    sep="\n")
 PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE, KEY, "</arg_key>",
                     "<arg_value>", "</arg_value>")
 
-
-def match_opener(text: str, i: int) -> Match:
-    """A name, then (after whitespace) `<arg_key>` or `</tool_call>`."""
-    return word_then(text, i, CallParser.NAME_CHARS, (KEY, CALL_CLOSE), gap=True)
-
-
-class CallParser(TaggedCall):
-    NAME_EAT = False
-    PARAM_OPEN = KEY
-    KEY_END = "</arg_key>"
-    VALUE_OPEN = "<arg_value>"
-    VALUE_END = "</arg_value>"
-    FUNC_CLOSE = CALL_CLOSE
-
-
-def _write_call(call, index: int) -> str:
-    pairs = "".join(
-        f"{KEY}{k}</arg_key>\n<arg_value>"
-        f"{write_value(v)}</arg_value>\n"
-        for k, v in call.arguments.items())
-    return f"{CALL_OPEN}{call.name}\n{pairs}{CALL_CLOSE}"
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    params = w.tagged(i, fn, KEY, lambda raw: "</arg_key>\n<arg_value>", "</arg_value>\n",
-                      "</arg_value>")
-    return f"{w.seq(CALL_OPEN + fn['name'] + chr(10))} {params} {w.seq(CALL_CLOSE)}"
-
-
-FAMILY = register(Family(
-    name=NAME, models="GLM-4.5, 4.6, 4.7 (and Ling 3.0, Laguna)", markers=MARKERS,
-    match_opener=match_opener,
-    call_parser=CallParser, writer=think_writer(_write_call),
+FAMILY = register(shape_family(
+    FORMAT, name=NAME, models="GLM-4.5, 4.6, 4.7 (and Ling 3.0, Laguna)",
+    reasoning=THINK,
     detect=(KEY, "[gMASK]<sop>"), supersedes=("qwen-xml", "hermes-json"),
     stops=("<|user|>", "<|observation|>"), preserved_tokens=PRESERVED_TOKENS, thinking=True,
     pack="glm",
-    grammar=CallGrammar(_grammar_call, sep="\n"),
 ))
+MARKERS, CallParser, match_opener = FAMILY.markers, FAMILY.call_parser, FAMILY.match_opener

@@ -33,6 +33,8 @@ from engine.parse.families.common import (
 )
 from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_MARKERS
+from engine.parse.shapes import json_object
+from engine.parse.shapes.record import JSON_OBJECT, CallFormat
 
 NAME = "hermes-json"
 _ESC = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -62,6 +64,7 @@ def match_opener(text: str, i: int) -> Match:
 
 
 class CallParser(CallBody):
+    CLOSE = CALL_CLOSE  # what ends the call after the object ("": the object ends it)
     _top_args = False  # the top-level object is the arguments (framed.JsonArgs), not a call
 
     def __init__(self, schemas: dict, stream: bool) -> None:
@@ -149,7 +152,7 @@ class CallParser(CallBody):
         if not self._tail and ch in WS:
             return False  # whitespace is skipped, not kept: any amount costs linear time
         self._tail += ch
-        m = match_literal(self._tail, 0, CALL_CLOSE)
+        m = match_literal(self._tail, 0, self.CLOSE) if self.CLOSE else NONE
         if m == FULL:
             self.done, self.end = True, self._pos
             return True
@@ -361,22 +364,16 @@ class CallParser(CallBody):
                 self.out.append(("args", json.dumps(args), self._pos))
 
 
-def _write_call(call, index: int) -> str:
-    body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
-    return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    head = CALL_OPEN + '\n{"name": ' + json.dumps(fn["name"]) + ', "arguments": '
-    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}' + chr(10) + CALL_CLOSE)}"
+# The syntax as data: the writer and the forced-call grammar come from the json-object shape's
+# engine (engine/parse/shapes/json_object.py), whose reader is this scanner.
+FORMAT = CallFormat(JSON_OBJECT, call=CALL_OPEN + "\n", call_end="\n" + CALL_CLOSE, sep="\n")
 
 
 FAMILY = register(Family(
     name=NAME, models="Qwen3 (Hermes JSON calls), Hermes, most ChatML tool templates",
     markers=THINK_MARKERS, match_opener=match_opener, call_parser=CallParser,
-    writer=think_writer(_write_call),
+    writer=think_writer(json_object.write_call(FORMAT)), format=FORMAT,
     detect=(CALL_OPEN,), fallback=True,
     thinking=None, pack="qwen3-hermes",
-    grammar=CallGrammar(_grammar_call, sep="\n"),
+    grammar=CallGrammar(json_object.grammar_call(FORMAT), sep=FORMAT.sep),
 ))

@@ -41,8 +41,8 @@ import json
 from engine.parse.families.common import FULL, NONE, PREFIX, WS, Match, match_literal
 from engine.parse.families.framed import word_then
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
-from engine.parse.families.tagged import TaggedCall
 from engine.parse.markers import Markers
+from engine.parse.shapes.tagged import TaggedCall
 
 NAME = "hunyuan3"
 SUFFIX = ":opensource"

@@ -19,12 +19,12 @@ no reasoning, so a `</think>` is plain text.
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families import hermes_json
 from engine.parse.families.common import NONE, WS, Match, match_literal
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
+from engine.parse.shapes import json_object
+from engine.parse.shapes.record import JSON_OBJECT, CallFormat
 
 NAME = "llama3-json"
 PYTHON_TAG = "<|python_tag|>"
@@ -75,21 +75,18 @@ class CallParser(hermes_json.CallParser):
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 
-def _write_call(call, index: int) -> str:
-    return json.dumps({"name": call.name, "parameters": call.arguments}, ensure_ascii=False)
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    head = '{"name": ' + json.dumps(fn["name"]) + ', "parameters": '
-    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
+# The syntax as data: the writer and the forced-call grammar come from the json-object shape's
+# engine (engine/parse/shapes/json_object.py); the reader above adds the `;` list.
+FORMAT = CallFormat(JSON_OBJECT, sep="; ", args_key="parameters", args_alt=("arguments",),
+                    line_start=True)
 
 
 FAMILY = register(Family(
     name=NAME, models="Llama 3.1-3.3", markers=MARKERS, match_opener=match_opener,
-    call_parser=CallParser, writer=Writer(_write_call, calls_sep="; "),
+    call_parser=CallParser, writer=Writer(json_object.write_call(FORMAT), calls_sep=FORMAT.sep),
+    format=FORMAT,
     detect=(PYTHON_TAG, "<|start_header_id|>"), stops=("<|eot_id|>", "<|eom_id|>"),
     preserved_tokens=PRESERVED_TOKENS, thinking=False, pack="llama3-json",
     repairs_history=False,
-    grammar=CallGrammar(_grammar_call, sep="; "),
+    grammar=CallGrammar(json_object.grammar_call(FORMAT), sep=FORMAT.sep),
 ))

@@ -21,60 +21,25 @@ only one leading and one trailing newline.
 
 from __future__ import annotations
 
-from engine.parse.families.common import Match
-from engine.parse.families.framed import call_or_word
-from engine.parse.families.registry import CallGrammar, Family, register, think_writer
-from engine.parse.families.tagged import TaggedCall, write_value
-from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
+from engine.parse.families.registry import register
+from engine.parse.markers import THINK_CLOSE, THINK_OPEN
+from engine.parse.shapes.build import THINK, shape_family
+from engine.parse.shapes.record import TAGGED, CallFormat
 
 NAME = "minimax-xml"
 SECTION = "<minimax:tool_call>"
 INVOKE = '<invoke name="'
 SECTION_END = "</minimax:tool_call>"
 
-MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, INVOKE))
+FORMAT = CallFormat(TAGGED, section=SECTION + "\n", section_end=SECTION_END, call=INVOKE,
+                    name_end='">\n', param='<parameter name="', key_end='">',
+                    value_end="</parameter>\n", call_end="</invoke>\n")
 PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, SECTION, SECTION_END)
 
-
-def match_opener(text: str, i: int) -> Match:
-    """After the section: an invoke; after an invoke's opener: `NAME">`."""
-    return call_or_word(text, i, INVOKE, CallParser.NAME_CHARS, ('">',))
-
-
-class CallParser(TaggedCall):
-    FUNC_OPEN = INVOKE
-    NAME_END = ('">',)
-    PARAM_OPEN = '<parameter name="'
-    KEY_END = '"'
-    ATTRS_END = ">"
-    VALUE_END = "</parameter>"
-    FUNC_CLOSE = "</invoke>"
-    SECTION_CLOSE = SECTION_END
-
-
-def _write_call(call, index: int) -> str:
-    params = "".join(
-        f'<parameter name="{k}">'
-        f"{write_value(v)}</parameter>\n"
-        for k, v in call.arguments.items())
-    return f'{INVOKE}{call.name}">\n{params}</invoke>\n'
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    params = w.tagged(i, fn, '<parameter name="', lambda raw: '">', "</parameter>\n",
-                      "</parameter>")
-    return f"{w.seq(INVOKE + fn['name'] + chr(34) + '>' + chr(10))} {params} " \
-        f"{w.seq('</invoke>' + chr(10))}"
-
-
-FAMILY = register(Family(
-    name=NAME, models="MiniMax-M2", markers=MARKERS, match_opener=match_opener,
-    call_parser=CallParser,
-    writer=think_writer(_write_call, calls_open=SECTION + "\n", calls_sep="",
-                  calls_close=SECTION_END),
+FAMILY = register(shape_family(
+    FORMAT, name=NAME, models="MiniMax-M2", reasoning=THINK,
     detect=(SECTION, "]~b]"), stops=("[e~[",), preserved_tokens=PRESERVED_TOKENS,
     thinking=True, pack="minimax-xml",
     tag_forms=(r"</?(?:invoke|parameter)\b[^<>\n]*>",),
-    grammar=CallGrammar(_grammar_call, open=SECTION + "\n", close=SECTION_END),
 ))
+MARKERS, CallParser, match_opener = FAMILY.markers, FAMILY.call_parser, FAMILY.match_opener

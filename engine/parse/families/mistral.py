@@ -11,8 +11,10 @@ Each `[TOOL_CALLS]` of the newer form is one call; the older form is one list, r
 call (each element is its own call, `follow` hands the next one to the parser).
 
 Choices where the other servers differ: the older list's elements may also name their
-arguments `parameters` (as Hermes JSON reads them); `[CALL_ID]`'s id is not kept (Prism numbers
-its calls); the answer after a call is text (vLLM drops what follows a `[TOOL_CALLS]` list).
+arguments `parameters` (as Hermes JSON reads them), and write them before the name
+(`{"arguments": …, "name": …}`: the call streams whole once the name is known); `[CALL_ID]`'s
+id is not kept (Prism numbers its calls); the answer after a call is text (vLLM drops what
+follows a `[TOOL_CALLS]` list).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_litera
 from engine.parse.families.framed import FramedBody, word_then
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
+from engine.parse.shapes.json_list import object_opener
 
 NAME = "mistral"
 THINK = "[THINK]"
@@ -36,16 +39,20 @@ _NAME_CHARS = "_-."
 MARKERS = Markers(THINK, THINK_END, (CALLS,))
 PRESERVED_TOKENS = (THINK, THINK_END, CALLS, ARGS, CALL_ID)
 
+_KEYS = ("name", "arguments", "parameters")
+
 _BEGIN, _NAME, _ID, _ARGS_TAG, _ARGS, _ELEM, _AFTER_ELEM = range(7)
 
 
 def match_opener(text: str, i: int) -> Match:
-    """`NAME[ARGS]`, `NAME[CALL_ID]`, or a list whose first object begins with "name"."""
+    """`NAME[ARGS]`, `NAME[CALL_ID]`, or a list whose first object begins with "name" or
+    "arguments"."""
     if i < len(text) and text[i] == "[":
         j = skip_ws(text, i + 1)
         if j < 0:
             return NONE
-        return PREFIX if j == len(text) else hermes_json.match_opener(text, j)
+        # The element's keys in either order (`{"arguments": …, "name": …}` too).
+        return PREFIX if j == len(text) else object_opener(text, j, _KEYS)
     return word_then(text, i, _NAME_CHARS, (ARGS, CALL_ID))
 
 

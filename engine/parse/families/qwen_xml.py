@@ -44,6 +44,8 @@ from engine.parse.schema import (
     raw_is_final,
     streams_raw,
 )
+from engine.parse.shapes import tagged
+from engine.parse.shapes.record import TAGGED, CallFormat
 
 NAME = "qwen-xml"
 OPENER = "<function="
@@ -401,28 +403,18 @@ class CallParser(CallBody):
         self._st = _AFTER
 
 
-def _write_value(v) -> str:
-    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-
-
-def _write_call(call, index: int) -> str:
-    params = "".join(f"{_PARAM}{k}>\n{_write_value(v)}\n{_END_PARAM}\n"
-                     for k, v in call.arguments.items())
-    return f"{CALL_OPEN}\n{OPENER}{call.name}>\n{params}{_END_FUNC}\n{CALL_CLOSE}"
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    params = w.tagged(i, fn, _PARAM, lambda raw: ">\n", "\n" + _END_PARAM + "\n", _END_PARAM)
-    head = f"{CALL_OPEN}\n{OPENER}{fn['name']}>\n"
-    return f"{w.seq(head)} {params} {w.seq(_END_FUNC + chr(10) + CALL_CLOSE)}"
+# The syntax as data: the writer and the forced-call grammar come from the tagged shape's
+# engine; the reader above is the family's own (its repairs of missing and drifted closers).
+FORMAT = CallFormat(TAGGED, call=CALL_OPEN + "\n" + OPENER, name_end=">\n", param=_PARAM,
+                    key_end=">", value="\n", value_end="\n" + _END_PARAM + "\n",
+                    call_end=_END_FUNC + "\n" + CALL_CLOSE, sep="\n")
 
 
 FAMILY = register(Family(
     name=NAME, models="Qwen3-Coder, Qwen3.5 (XML calls)",
     markers=THINK_MARKERS, match_opener=match_opener, call_parser=CallParser,
-    writer=think_writer(_write_call),
+    writer=think_writer(tagged.write_call(FORMAT)), format=FORMAT,
     detect=(_PARAM,), fallback=True, supersedes=("hermes-json",),
     thinking=None, pack="qwen3-xml",
-    grammar=CallGrammar(_grammar_call, sep="\n"),
+    grammar=CallGrammar(tagged.grammar_call(FORMAT), sep=FORMAT.sep),
 ))

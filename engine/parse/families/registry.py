@@ -123,6 +123,8 @@ class Family:
         own id (Kimi's `functions.NAME:IDX`, Mistral's `[CALL_ID]`) keeps it.
     tag_forms: regular expressions of its whole tags that carry a name (`<invoke name="f">`),
         for the raw view, whose special tokens alone would leave them half coloured.
+    format: its call syntax as data (engine/parse/shapes/record.py `CallFormat`) where a shape
+        engine makes its reader, writer and grammar; None where the family reads its own.
     """
 
     name: str
@@ -143,6 +145,7 @@ class Family:
     fallback: bool = False
     call_id: Callable[[str, int], str] | None = None
     tag_forms: tuple[str, ...] = ()
+    format: Any = None
     module: str = field(default="", compare=False)
 
     @property

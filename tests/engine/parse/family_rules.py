@@ -84,6 +84,19 @@ def quoted_markup_stays_text(fam: Family):
         assert res.tool_calls == () and res.reasoning == text
 
 
+def quoted_call_over_lines_stays_text(fam: Family):
+    """A call quoted in inline backticks stays text even where it runs over several lines: the
+    code span that quotes call markup runs on to its closing backticks (in the reasoning too)."""
+    call = fam.call("get_weather", ARGS)
+    text = "Example: `" + call + "` and so on."
+    res = _parse(fam, text)
+    assert res.tool_calls == () and res.content == text
+    if fam.think is not None:
+        res = _parse(fam, "`" + call + "` is the format.\n" + fam.think[1] + "\nok",
+                     start="reasoning")
+        assert res.tool_calls == () and res.reasoning == "`" + call + "` is the format."
+
+
 def stray_closer_dropped(fam: Family):
     if fam.think is None:
         return
@@ -124,5 +137,5 @@ def schema_typing(fam: Family):
 
 
 RULES = [reasoning_then_answer, one_call, several_calls_then_text, call_inside_reasoning,
-         quoted_markup_stays_text, stray_closer_dropped, unfinished_call_is_text,
-         malformed_call_is_text, unknown_tool_flagged, schema_typing]
+         quoted_markup_stays_text, quoted_call_over_lines_stays_text, stray_closer_dropped,
+         unfinished_call_is_text, malformed_call_is_text, unknown_tool_flagged, schema_typing]

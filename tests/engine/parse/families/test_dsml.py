@@ -174,3 +174,42 @@ def test_reader_closes_a_v4_section_too():
     body = f'\n{dsml.INVOKE}f">\n{_param("k", "v")}{dsml.INVOKE_END}\n{dsml.SECTION_END_V4}'
     p = read_all_ways(dsml, body + "tail")
     assert (p.name, p.arguments, p.end) == ("f", {"k": "v"}, len(body))
+
+
+# DeepSeek V4.1's spaced tags (its encoding/encoding.py; SGLang's `deepseekv41` parser reads
+# them), a JSON body inside `invoke` and a self-closing `invoke` (SGLang's DeepSeekV32Detector).
+V41 = ('Let me check.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name="get_weather">\n'
+       '<｜DSML｜ parameter name="city" string="true">Hangzhou</｜DSML｜ parameter>\n'
+       '<｜DSML｜ parameter name="days" string="false">3</｜DSML｜ parameter>\n'
+       "</｜DSML｜ invoke>\n</｜DSML｜ calls>")
+
+
+def test_v41_spaced_tags():
+    res = parse_all_ways(V41, dialect="dsml", start="content")
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [
+        ("get_weather", {"city": "Hangzhou", "days": 3})]
+    assert res.content == "Let me check." and not anomalies(res)
+
+
+def test_json_body_and_self_closing_invoke():
+    text = (f'{dsml.SECTION}\n{dsml.INVOKE}get_weather">\n{{"location": "Beijing", "n": [1]}}\n'
+            f'{dsml.INVOKE_END}\n{dsml.INVOKE}get_time"/>\n{dsml.INVOKE}ping" />\n'
+            f"{dsml.SECTION_END} after")
+    res = parse_all_ways(text, dialect="dsml", start="content")
+    assert [(c.name, c.arguments) for c in res.tool_calls] == [
+        ("get_weather", {"location": "Beijing", "n": [1]}), ("get_time", {}), ("ping", {})]
+    assert res.content == " after" and not anomalies(res)
+
+
+def test_call_quoted_in_backticks_is_never_executed():
+    """`<｜DSML｜tool_calls>` quoted in inline backticks, its invokes on the lines after: text,
+    in the answer and in the reasoning."""
+    call = call_v4("get_weather", {"city": "Paris"})
+    text = "Example: `" + call + "` is how it looks."
+    res = parse_all_ways(text, dialect="dsml", start="content")
+    assert res.tool_calls == () and res.content == text
+    res = parse_all_ways(text + "\n</think>\nok", dialect="dsml", start="reasoning")
+    assert res.tool_calls == () and res.reasoning == text
+    # A stray backtick without call markup in it does not quote the next line's call.
+    res = parse_all_ways("Use `grep.\n" + call, dialect="dsml", start="content")
+    assert [c.name for c in res.tool_calls] == ["get_weather"]

@@ -1,12 +1,17 @@
-"""Calls written as a JSON list of objects, one call per object: the reader the Command R7B,
-Command R+ and Apriel families share.
+"""The json-list shape: calls written as a JSON list of objects, one call per object; the reader
+the Command R7B, Command R+, Apriel and `json-list` formats share, and the writer and forced-call
+grammar of a list from one `CallFormat`.
 
 Owns `Element`, the Hermes JSON scanner (engine/parse/families/hermes_json.py) reading one call
 object whose keys its family names (the name's: `name`, Cohere's `tool_name`; the
 arguments': `arguments`, Cohere's `parameters`; the model's own id: Cohere's `tool_call_id`,
 Apriel's `id`), `CallList`, the reader of a list of them (`[`, objects and commas, `]`, then
-the family's closer), and `list_opener`, the opener test of such a list. Pure Python, run by
-whichever thread drives the parser.
+the family's closer), `list_opener` and `object_opener`, the opener tests of such a list, and
+`list_reader`, `opener_test`, `write_call`, `grammar_call`, `frame` (a record's). Pure Python,
+run by whichever thread drives the parser (the grammar on the service's thread).
+
+The call object's keys are read in either order (`{"arguments": …, "name": …}` too, as Mistral
+models sometimes write them): the arguments then stream whole once the name is known.
 
 Each object of the list is its own call: `CallList.follow()` hands the next one to the parser
 after a comma (as Mistral's older `[TOOL_CALLS][...]` list is read), and the last call consumes
@@ -30,13 +35,14 @@ import json
 from engine.parse.families import hermes_json
 from engine.parse.families.common import NONE, PREFIX, Match, match_literal, skip_ws
 from engine.parse.families.framed import FramedBody
+from engine.parse.shapes.record import CallFormat
 
 _ID = "\x00id"  # the scanner's key for the model's own id (no JSON key can be it: NUL)
 
 _BEGIN, _ELEM, _AFTER, _END = range(4)
 
 
-def _object_opener(text: str, i: int, keys: tuple[str, ...]) -> Match:
+def object_opener(text: str, i: int, keys: tuple[str, ...]) -> Match:
     """`{`, optional whitespace, then one of `keys` as a JSON string."""
     if i >= len(text):
         return PREFIX
@@ -58,8 +64,8 @@ def list_opener(text: str, i: int, keys: tuple[str, ...], single: bool = True) -
         return PREFIX
     if text[i] == "[":
         j = skip_ws(text, i + 1)
-        return NONE if j < 0 else _object_opener(text, j, keys)
-    return _object_opener(text, i, keys) if single else NONE
+        return NONE if j < 0 else object_opener(text, j, keys)
+    return object_opener(text, i, keys) if single else NONE
 
 
 class Element(hermes_json.CallParser):
@@ -219,4 +225,63 @@ class CallList(FramedBody):
                 return
 
 
-__all__ = ["CallList", "Element", "list_opener"]
+
+
+# --- from a record ------------------------------------------------------------------------------
+
+
+def _keys(fmt: CallFormat) -> tuple[str, ...]:
+    return (fmt.name_key, fmt.args_key, *fmt.args_alt)
+
+
+def list_reader(fmt: CallFormat) -> type[CallList]:
+    """The reader of `fmt`'s list, one call at a time (a list is required, `[` first)."""
+    element = type("Element", (Element,), {
+        "names": (fmt.name_key,), "args": (fmt.args_key, *fmt.args_alt)})
+    closers = tuple(dict.fromkeys(s for f in fmt.spellings if (s := f.section_end.strip())))
+    return type("CallParser", (CallList,), {"element": element, "single": False,
+                                             "closers": closers})
+
+
+def openers(fmt: CallFormat) -> tuple[str, ...]:
+    """The parser's call openers: the section's; for a bare list, its `[`."""
+    return tuple(dict.fromkeys(s for f in fmt.spellings if (s := f.section.strip()))) or ("[",)
+
+
+def opener_test(fmt: CallFormat):
+    """`match_opener(text, i)`: after the section, the list; after a bare `[` (the body's
+    own), a call object whose first key is one of the format's."""
+    keys = _keys(fmt)
+    if fmt.section:
+        return lambda text, i: list_opener(text, i, keys, single=False)
+    return lambda text, i: object_opener(text, i, keys)
+
+
+def write_call(fmt: CallFormat):
+    """The writer of one call object (the brackets are the list's frame, `frame`)."""
+
+    def write(call, index: int) -> str:
+        return json.dumps({fmt.name_key: call.name, fmt.args_key: call.arguments},
+                          ensure_ascii=False)
+
+    return write
+
+
+def grammar_call(fmt: CallFormat):
+    """One call object as GBNF (`w`: engine/grammar's Writer, which bounds the schemas)."""
+
+    def call(w, i: int, fn: dict) -> str:
+        head = "{" + json.dumps(fmt.name_key) + ": " + json.dumps(fn["name"]) + ", " \
+            + json.dumps(fmt.args_key) + ": "
+        return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
+
+    return call
+
+
+def frame(fmt: CallFormat) -> tuple[str, str]:
+    """(what opens, what closes) a list of calls."""
+    return fmt.section + "[", "]" + fmt.section_end
+
+
+__all__ = ["CallList", "Element", "frame", "grammar_call", "list_opener", "list_reader",
+           "object_opener", "opener_test", "openers", "write_call"]

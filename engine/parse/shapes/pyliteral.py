@@ -1,11 +1,12 @@
-"""Python-literal values as LFM2 writes them in its calls: read safely, typed by schema.
+"""Python-literal values as the python-list shape's calls write them: read safely, typed by
+schema.
 
 Owns `literal` (one value's text -> the value, through `ast.parse(mode="eval")` and
 `ast.literal_eval`, never eval; JSON's true/false/null read too, sets as lists), `typed` (a
 value for a parameter's schema types, with the repair it needed: an unquoted word for a string,
 a zero-padded integer) and `normalize` (raw control characters in a string escaped). Standard
-library only, no state; run by whichever thread drives the parser (engine/parse/families/lfm2.py
-is the reader that calls it).
+library only, no state; run by whichever thread drives the parser
+(engine/parse/shapes/python_calls.py is the reader that calls it).
 """
 
 from __future__ import annotations

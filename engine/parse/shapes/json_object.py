@@ -1,0 +1,53 @@
+"""The json-object shape: one JSON call object `{"name": …, "arguments": …}` in a wrapper per
+call (Hermes' `<tool_call>`, Llama 3's bare object); its reader, writer and forced-call grammar
+from one `CallFormat`.
+
+Owns `object_reader`, `openers`, `write_call` and `grammar_call`. The reader is the Hermes JSON
+scanner (engine/parse/families/hermes_json.py: a closer inside a string never ends the call, the
+arguments stream as canonical `json.dumps` fragments once the name is known), ended by the
+record's `call_end`. Run by whichever thread drives the parser (the grammar on the service's
+thread).
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine.parse.families import hermes_json
+from engine.parse.shapes.record import CallFormat
+
+
+def object_reader(fmt: CallFormat) -> type[hermes_json.CallParser]:
+    """The reader of one call object, then the record's closer."""
+    return type("CallParser", (hermes_json.CallParser,), {"CLOSE": fmt.call_end.strip()})
+
+
+def openers(fmt: CallFormat) -> tuple[str, ...]:
+    """The parser's call openers: the call's wrapper, else the object's own `{`."""
+    return (fmt.call.strip() or "{",)
+
+
+def write_call(fmt: CallFormat):
+    """The writer of one call, wrapped."""
+
+    def write(call, index: int) -> str:
+        body = json.dumps({fmt.name_key: call.name, fmt.args_key: call.arguments},
+                          ensure_ascii=False)
+        return f"{fmt.call}{body}{fmt.call_end}"
+
+    return write
+
+
+def grammar_call(fmt: CallFormat):
+    """One wrapped call object as GBNF (`w`: engine/grammar's Writer, which bounds the
+    schemas)."""
+
+    def call(w, i: int, fn: dict) -> str:
+        head = fmt.call + "{" + json.dumps(fmt.name_key) + ": " + json.dumps(fn["name"]) \
+            + ", " + json.dumps(fmt.args_key) + ": "
+        return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}' + fmt.call_end)}"
+
+    return call
+
+
+__all__ = ["grammar_call", "object_reader", "openers", "write_call"]

@@ -1,0 +1,96 @@
+"""A call syntax as data: `CallFormat`, one frozen record of markers, a shape and a few options.
+
+Owns `CallFormat` and the shape names (`SHAPES`). A record says what a model writes for a list
+of calls, literally: the writer writes exactly its strings around the names, keys and values,
+and the reader reads them back with the whitespace between tags optional. Each shape engine of
+this package (engine/parse/shapes/) turns one record into the three things a family needs: the
+streaming reader, the writer and the forced-call grammar (docs/design.md, section 8). A record
+holds only strings, booleans and names, so a probe that diffs a template's renders can fill one
+in as well as a family module. Constants; any thread may read them.
+
+The layout each shape writes (NAME, KEY, VALUE, ARGS: the call's; `[…]` repeated):
+
+- `tagged`: `section` [`call` NAME `name_end` [`param` KEY `key_end` `value` VALUE
+  `value_end`]… `call_end`] joined by `sep`, `section_end`. A string VALUE is raw text, any
+  other JSON (or DSML's `string="true|false"` says which: `string_attr`).
+- `json-object`: `section` [`call` {`name_key`: NAME, `args_key`: ARGS} `call_end`]… joined by
+  `sep`, `section_end`.
+- `json-list`: `section` `[`{`name_key`: NAME, `args_key`: ARGS}, …`]` `section_end`.
+- `python-list`: `section` `[`NAME(KEY=VALUE, …), …`]` `section_end`, values Python literals.
+
+An empty `section` with `line_start` means the list itself opens the calls (a bare `[` or `{`
+at the start of a line, the whole reply or after text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TAGGED = "tagged"
+JSON_OBJECT = "json-object"
+JSON_LIST = "json-list"
+PYTHON_LIST = "python-list"
+SHAPES = (TAGGED, JSON_OBJECT, JSON_LIST, PYTHON_LIST)
+
+
+@dataclass(frozen=True, slots=True)
+class CallFormat:
+    """One call syntax (see the module docstring for how each shape lays its fields out).
+
+    shape: one of SHAPES.
+    section / section_end: what opens and closes a list of calls ("" where each call stands
+        alone: GLM's, Hermes').
+    call / call_end: what opens and closes one call (`<invoke name="`, `<tool_call>`).
+    sep: what the writer puts between two calls of one list.
+    name_end: what ends a tagged call's name (`">`, a newline: the name then ends at
+        whitespace).
+    param / key_end / value / value_end: a tagged parameter's tags around its key and value
+        (`key_end` quoted as an attribute, `"…`, lets other attributes come before its `>`).
+    string_attr: a tagged key's tag says whether its value is a raw string
+        (` string="true|false"`, written just before `key_end`'s last character).
+    json_body: a tagged call's body may be a JSON arguments object instead of parameters.
+    self_closing: a tagged call without parameters may end with its name's tag (`"/>`).
+    name_key / args_key: a JSON call's keys; either order is read, `args_alt` too.
+    args_alt: other keys a reader takes for the arguments (`parameters`).
+    line_start: the call opener counts only at the start of a line (a bare `[` or `{`).
+    also: other spellings of the same format the reader accepts, never written (DeepSeek V4's
+        `tool_calls` section, V4.1's spaced tags).
+    """
+
+    shape: str
+    section: str = ""
+    section_end: str = ""
+    call: str = ""
+    call_end: str = ""
+    sep: str = ""
+    name_end: str = ""
+    param: str = ""
+    key_end: str = ""
+    value: str = ""
+    value_end: str = ""
+    string_attr: bool = False
+    json_body: bool = False
+    self_closing: bool = False
+    name_key: str = "name"
+    args_key: str = "arguments"
+    args_alt: tuple[str, ...] = ("parameters",)
+    line_start: bool = False
+    also: tuple[CallFormat, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, not {self.shape!r}")
+
+    @property
+    def spellings(self) -> tuple[CallFormat, ...]:
+        """This record, then the other spellings its reader accepts."""
+        return (self, *self.also)
+
+    def opener(self) -> str:
+        """The call opener the parser scans for: the section's, else the call's (stripped)."""
+        return (self.section or self.call).strip()
+
+    def describe(self) -> str:
+        """A short human line: `tagged in <minimax:tool_call>`, `python list (bare)`."""
+        where = self.opener()
+        return f"{self.shape.replace('-', ' ')} " + (f"in {where}" if where else "(bare)")

@@ -1,0 +1,85 @@
+"""engine/parse/shapes/: one `CallFormat` record gives the reader, the writer and the forced-call
+grammar, for every shape; a record of markers alone (as a template probe would fill one in)
+reads back what its own writer writes, at every chunking, stream_tools off and on."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from engine.parse.events import ToolCall
+from engine.parse.families import REGISTRY
+from engine.parse.shapes.build import engine
+from engine.parse.shapes.record import (
+    JSON_LIST,
+    JSON_OBJECT,
+    PYTHON_LIST,
+    SHAPES,
+    TAGGED,
+    CallFormat,
+)
+from tests.engine.parse.family_harness import read_all_ways
+
+# Records no family registers: markers as a probe could diff them out of a template's renders.
+RECORDS = {
+    "tagged": CallFormat(TAGGED, section="<calls>\n", section_end="</calls>",
+                         call='<call name="', name_end='">\n', param='<arg name="',
+                         key_end='">', value_end="</arg>\n", call_end="</call>\n"),
+    "tagged-kv": CallFormat(TAGGED, call="<fn>", name_end="\n", param="<k>",
+                            key_end="</k>", value="<v>", value_end="</v>\n",
+                            call_end="</fn>", sep="\n"),
+    "json-object": CallFormat(JSON_OBJECT, call="<call>", call_end="</call>", sep="\n"),
+    "json-list": CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", "),
+    "python-list": CallFormat(PYTHON_LIST, section="<py>", section_end="</py>", sep=", "),
+}
+CALL = ToolCall("c0", "get_weather", {"city": "\nParis ", "days": 3, "tags": ["a", None],
+                                      "deep": {"x": True}}, 0)
+
+
+@pytest.mark.parametrize("key", RECORDS)
+def test_a_record_reads_back_what_it_writes(key):
+    fmt = RECORDS[key]
+    eng = engine(fmt)
+    written = eng.open + eng.write_call(CALL, 0) + eng.close
+    opener = eng.openers[0]
+    assert written.startswith(opener)
+    body = written[len(opener):]
+    assert eng.match_opener(body, len(body) - len(body.lstrip())) == 2  # FULL
+    p = read_all_ways(SimpleNamespace(CallParser=eng.reader), body + " tail")
+    assert (p.name, p.arguments) == (CALL.name, CALL.arguments)
+    assert p.end == len(body)
+
+
+@pytest.mark.parametrize("key", RECORDS)
+def test_a_record_gives_a_grammar(key):
+    from engine.grammar.writer import Writer
+
+    fmt = RECORDS[key]
+    w = Writer({})
+    fn = {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}
+    rule = engine(fmt).grammar_call(w, 0, fn)
+    assert json.dumps("get_weather")[1:-1] in rule
+
+
+def test_the_shapes_are_the_migrated_families_records():
+    """The families on a shape carry their record, and every shape serves one."""
+    shapes = {f.format.shape for f in REGISTRY.values() if f.format is not None}
+    assert shapes == set(SHAPES)
+    for name in ("glm", "minimax-xml", "dsml", "lfm2", "pythonic", "pythonic-tagged",
+                 "json-list"):
+        fam = REGISTRY[name]
+        assert fam.format is not None
+        assert fam.call_parser.__bases__ == engine(fam.format).reader.__bases__, name
+
+
+def test_a_record_is_frozen_data():
+    fmt = RECORDS["tagged"]
+    with pytest.raises(AttributeError):
+        fmt.call = "x"  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        CallFormat("yaml")
+    assert fmt.describe() == "tagged in <calls>"
+    assert REGISTRY["pythonic"].format.describe() == "python list (bare)"
