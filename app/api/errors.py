@@ -99,7 +99,8 @@ def api_of(path: str) -> str:
     """The API a path belongs to: for the log, and for the error's shape (Anthropic's for
     /v1/messages, OpenAI's for every other path)."""
     for prefix, api in (("/v1/messages", "anthropic"), ("/v1/responses", "responses"),
-                        ("/v1/chat/completions", "openai"), ("/v1/completions", "completions")):
+                        ("/v1/chat/completions", "openai"), ("/v1/completions", "completions"),
+                        ("/v1/embeddings", "embeddings"), ("/models", "models")):
         if path.startswith(prefix):
             return api
     return "-"
