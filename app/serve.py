@@ -111,7 +111,9 @@ class StopSignals:
     flags and take no lock, since they interrupt whatever the main thread holds) and a dying
     engine thread (`thread_died`, on that thread)."""
 
-    def __init__(self, server: uvicorn.Server, recorder=None) -> None:
+    def __init__(self, server: uvicorn.Server | None = None, recorder=None) -> None:
+        # None until the service is built: a signal before then is noted, and `run` stops
+        # once the build returns, before serving anything.
         self.server = server
         self.recorder = recorder
         self.received: list[int] = []  # the signals, in order
@@ -124,6 +126,8 @@ class StopSignals:
             return
         if self.recorder is not None:
             self.recorder.stopping()
+        if self.server is None:
+            return
         if self.server.should_exit and sig == signal.SIGINT:
             self.server.force_exit = True  # a second Ctrl-C: stop waiting for connections
         self.server.should_exit = True
@@ -149,7 +153,8 @@ class StopSignals:
             return
         log.error("[prism] thread %s stopped on an uncaught error", name,
                   exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
-        if getattr(engine, "state", None) == "closed" and not self.server.should_exit:
+        if (getattr(engine, "state", None) == "closed" and self.server is not None
+                and not self.server.should_exit):
             self.failed = f"the engine's thread ({name}) stopped on an error"
             if self.recorder is not None:
                 self.recorder.stopping()
@@ -174,6 +179,14 @@ async def _serve_then_close(server: uvicorn.Server, sock, service, stop: StopSig
 
 
 def run(args: argparse.Namespace) -> int:
+    # The stop signals are ours from the start: one that comes while the model loads is a
+    # requested stop too (exit 0, nothing served), not a kill with the default action.
+    stop = StopSignals()
+    with stop.installed():
+        return _run(args, stop)
+
+
+def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     check_host(args.host, args.api_key)
     if args.tap and not args.upstream:
         raise SystemExit("prism serve: --tap forwards to an upstream; give --upstream URL too")
@@ -191,12 +204,19 @@ def run(args: argparse.Namespace) -> int:
     if uses_catalog(args):  # several models, loaded on demand: app/serve_catalog.py
         from app.serve_catalog import serve_catalog
 
-        return serve_catalog(args, sock)
+        return serve_catalog(args, sock, stop)
     try:
         service = build_service(args)
     except BaseException:
         sock.close()
         raise
+    if stop.received:  # asked to stop while the model was being set up
+        print(f"prism: {stop.describe()} before serving", file=sys.stderr, flush=True)
+        sock.close()
+        service.engine.close()
+        if service.recorder is not None:
+            service.recorder.close()
+        return 0
     telemetry.start(args, service)  # --otlp-endpoint: one span per request
     config = ServerConfig(
         host=args.host,
@@ -218,24 +238,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"prism: serving {service.engine.name} ({service.pack.name}) on "
           f"http://{shown}:{port}/v1", file=sys.stderr, flush=True)
     server = _Server(make_server(state, args.host, port, log_level=args.log_level).config)
-    stop = StopSignals(server, service.recorder)
+    stop.server, stop.recorder = server, service.recorder
     old_hook, threading.excepthook = (threading.excepthook,
                                       lambda a: stop.thread_died(a, service.engine))
-    with stop.installed():
+    try:
+        asyncio.run(_serve_then_close(server, sock, service, stop))
+    finally:
+        # Every way out comes here (a signal, the engine dying, an error in the server):
+        # the pending cache saves are written and the recording closed before the exit.
+        stop.closing = True
+        sock.close()
         try:
-            asyncio.run(_serve_then_close(server, sock, service, stop))
+            service.engine.close()  # closed already, unless the loop itself failed
         finally:
-            # Every way out comes here (a signal, the engine dying, an error in the server):
-            # the pending cache saves are written and the recording closed before the exit.
-            stop.closing = True
-            sock.close()
-            try:
-                service.engine.close()  # closed already, unless the loop itself failed
-            finally:
-                if service.recorder is not None:
-                    service.recorder.close()
-                telemetry.close(service)  # the last spans, within a bound
-                threading.excepthook = old_hook
+            if service.recorder is not None:
+                service.recorder.close()
+            telemetry.close(service)  # the last spans, within a bound
+            threading.excepthook = old_hook
     if stop.failed:
         print(f"prism serve: {stop.failed}", file=sys.stderr, flush=True)
         return 1

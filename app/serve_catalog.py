@@ -14,14 +14,20 @@ import asyncio
 import logging
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 from app.catalog import build_catalog
 
+if TYPE_CHECKING:
+    from app.serve import StopSignals
 
-def serve_catalog(args: argparse.Namespace, sock: socket.socket) -> int:
+
+def serve_catalog(args: argparse.Namespace, sock: socket.socket, stop: StopSignals) -> int:
+    """Serve the catalog until a stop signal (`stop`, installed by `app.serve.run` before
+    anything was built: one that came while the catalog was built stops it at once)."""
     from app.api.server import make_server
     from app.api.state import AppState, ServerConfig
-    from app.serve import StopSignals, _Server
+    from app.serve import _Server
 
     port = sock.getsockname()[1]
     try:
@@ -29,6 +35,12 @@ def serve_catalog(args: argparse.Namespace, sock: socket.socket) -> int:
     except BaseException:
         sock.close()
         raise
+    if stop.received:
+        sock.close()
+        catalog.close()
+        if recorder is not None:
+            recorder.close()
+        return 0
     config = ServerConfig(
         host=args.host, port=port, api_key=args.api_key or None,
         allowed_hosts=tuple(args.allow_host), cors_origins=tuple(args.cors_origin),
@@ -41,18 +53,17 @@ def serve_catalog(args: argparse.Namespace, sock: socket.socket) -> int:
     print(f"prism: serving {len(catalog.ids)} models ({', '.join(catalog.ids)}) on "
           f"http://{shown}:{port}/v1", file=sys.stderr, flush=True)
     server = _Server(make_server(state, args.host, port, log_level=args.log_level).config)
-    stop = StopSignals(server, recorder)
-    with stop.installed():
+    stop.server, stop.recorder = server, recorder
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    finally:
+        stop.closing = True
+        print(f"prism: {stop.failed or stop.describe()}: closing the models and the "
+              "recording", file=sys.stderr, flush=True)
+        sock.close()
         try:
-            asyncio.run(server.serve(sockets=[sock]))
+            catalog.close()
         finally:
-            stop.closing = True
-            print(f"prism: {stop.failed or stop.describe()}: closing the models and the "
-                  "recording", file=sys.stderr, flush=True)
-            sock.close()
-            try:
-                catalog.close()
-            finally:
-                if recorder is not None:
-                    recorder.close()
+            if recorder is not None:
+                recorder.close()
     return 1 if stop.failed else 0

@@ -247,3 +247,34 @@ def test_another_thread_dying_is_logged_and_the_server_goes_on(hooked, caplog):
         _die_on("prism-kv-save")
     assert not stop.server.should_exit and stop.failed == ""
     assert "thread prism-kv-save stopped on an uncaught error" in caplog.text
+
+
+def _catches(pid: int, sig: signal.Signals) -> bool:
+    """Whether the process has a handler of its own for `sig` (/proc's SigCgt mask)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_signal_while_the_server_is_set_up_is_a_clean_stop(tmp_path, sig):
+    """`prism serve` takes the stop signals first, before it builds anything: a signal while
+    it sets up (here: reading a large output to replay, which takes seconds) stops it as a
+    request, exit 0 and nothing served, not a kill with the default action (-15, -1)."""
+    big = tmp_path / "big.txt"
+    big.write_text("word " * 4_000_000, encoding="utf-8")  # 20 MB: seconds to split
+    proc, _port = _serve("--replay", str(big), "--record-to", str(tmp_path / "rec.jsonl"),
+                         log=tmp_path / "log")
+    try:
+        wait_until(lambda: _catches(proc.pid, signal.SIGTERM) or proc.poll() is not None,
+                   timeout=60)
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(timeout=120) == 0, (tmp_path / "log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "log").read_text()
+    assert "Traceback" not in log
+    assert f"stopping ({sig}) before serving" in log, log
