@@ -12,6 +12,9 @@ service and runs `prism rerun`'s loop (app/rerun.py) on a thread of its own ("pr
 the engines run on their own threads and only append to the feeds' deques, which the window
 drains on its ~30 Hz frame timer.
 
+With `--models-dir`, `--models-preset` or several `--model` the window serves a catalog of models
+(app/gui_catalog.py: `CatalogInspector`, the same window with a model list).
+
 `--replay FILE...` serves those outputs to clients, as `prism serve --replay` does, and also
 opens them in the window's playback (at 1× unless `--replay-speed` says otherwise).
 `--screenshot` saves the window to a PNG when the replay has played out (or after
@@ -171,7 +174,6 @@ class Inspector:
             return self.url
         from app.api.listen import bind
         from app.api.server import make_server
-        from app.api.state import AppState, ServerConfig
 
         try:
             # Bind first, as `prism serve` does: a busy port is an OSError here, not uvicorn's
@@ -188,11 +190,7 @@ class Inspector:
                 self.window.offer_port(free)
             return None
         host, port = sock.getsockname()[:2]
-        state = AppState(self.service, ServerConfig(host=host, port=port,
-                                                    model_name=self.service.engine.name,
-                                                    max_tokens=self.max_tokens,
-                                                    **({"max_queue": self.max_queue}
-                                                       if self.max_queue else {})))
+        state = self.app_state(host, port)
         self.server = make_server(state, host, port, log_level="warning")
         self._sock = sock
         self._server_task = asyncio.ensure_future(self.server.serve(sockets=[sock]))
@@ -209,6 +207,16 @@ class Inspector:
         self.window.set_server(self.url, "Paste into Open WebUI: Settings → Connections → "
                                "OpenAI API, any key")
         return self.url
+
+    def app_state(self, host: str, port: int):
+        """What the server's routes read: this window's service and its settings."""
+        from app.api.state import AppState, ServerConfig
+
+        return AppState(self.service, ServerConfig(host=host, port=port,
+                                                   model_name=self.service.engine.name,
+                                                   max_tokens=self.max_tokens,
+                                                   **({"max_queue": self.max_queue}
+                                                      if self.max_queue else {})))
 
     async def stop_server(self) -> None:
         task, self._server_task = self._server_task, None
@@ -260,7 +268,7 @@ class Inspector:
             return
         recorder = None
         try:
-            if self.service.recorder is not None:
+            if self.records:
                 recorder = service.recorder = rerun.recorder_for(service, None, plan.rerun_of)
             feed.attach(service)
             report = rerun.rerun_requests(
@@ -280,6 +288,11 @@ class Inspector:
                 recorder.close()
             service.engine.close()
 
+    @property
+    def records(self) -> bool:
+        """The window records (so a rerun records too)."""
+        return self.service.recorder is not None
+
     # -- life ------------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -288,6 +301,9 @@ class Inspector:
         if self.closed:
             return
         self.closed = True
+        if self.service.recorder is not None:
+            # What the stop cuts is recorded as the stop's, not as its clients' cancels.
+            self.service.recorder.stopping()
         self._status.stop()
         for feed, _thread in self._reruns:
             feed.cancel()
@@ -428,7 +444,7 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     import qasync
     from PySide6.QtWidgets import QApplication  # imported before qasync, which picks it up
 
-    from app.config import build_service
+    from app.config import build_service, uses_catalog
     from widgets.theme import apply_dark_palette
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -441,20 +457,27 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     if problem:
         log.warning("[prism] %s", problem)
     apply_dark_palette(app)
-    service = build_service(args)
-    if stop.requested:  # asked to stop while the service was built: nothing else starts
-        service.engine.close()
-        if service.recorder is not None:
-            service.recorder.close()
-        return 0
-    telemetry.start(args, service)  # --otlp-endpoint: one span per request
-    # Loopback only: the window has no API key option (`prism serve` is for anything else).
-    inspector = Inspector(service, port=args.port, max_tokens=args.max_tokens,
-                          max_queue=args.upstream_max_inflight if args.upstream else None,
-                          # A screenshot is the same picture on every machine: a set size,
-                          # and the user's saved layout neither read nor changed.
-                          settings=None if args.screenshot else window_settings(),
-                          geometry=args.size or (SCREENSHOT_SIZE if args.screenshot else None))
+    # A screenshot is the same picture on every machine: a set size, and the user's saved
+    # layout neither read nor changed.
+    settings = None if args.screenshot else window_settings()
+    geometry = args.size or (SCREENSHOT_SIZE if args.screenshot else None)
+    if uses_catalog(args):  # several models: a catalog, loaded on demand
+        from app.gui_catalog import CatalogInspector
+
+        inspector = CatalogInspector.from_args(args, settings=settings, geometry=geometry)
+    else:
+        service = build_service(args)
+        if stop.requested:  # asked to stop while the service was built: nothing else starts
+            service.engine.close()
+            if service.recorder is not None:
+                service.recorder.close()
+            return 0
+        telemetry.start(args, service)  # --otlp-endpoint: one span per request
+        # Loopback only: the window has no API key option (`prism serve` is for anything
+        # else).
+        inspector = Inspector(service, port=args.port, max_tokens=args.max_tokens,
+                              max_queue=args.upstream_max_inflight if args.upstream else None,
+                              settings=settings, geometry=geometry)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     try:

@@ -121,3 +121,43 @@ def test_closing_the_window_while_the_model_loads(tmp_path, default_model):
     assert code == 0, err[-3000:]
     assert "Traceback" not in err and "no running event loop" not in err, err[-3000:]
     assert STOPPED in err or read_session(sessions(tmp_path)[0]).requests == ()
+
+
+def test_closing_the_window_mid_stream_records_the_cut_as_the_stop_s(tmp_path):
+    """A stream the window's close cuts is recorded as cut by the stop (`cancelled_by`
+    shutdown), as `prism serve` records it, not as its client's cancel."""
+    import threading
+
+    port = free_port()
+    proc = start_prism(tmp_path, "--replay", str(DEMO), "--replay-speed", "0.1",
+                       "--port", str(port), "--quit-by", "close")
+    got: list[str] = []
+    try:
+        wait_until(lambda: served(port) or proc.poll() is not None, 60, 0.1, "the server")
+        messages = read_session(DEMO).requests[0].request["messages"]
+        body = {"model": "m", "stream": True, "messages": [
+            {"role": m["role"], "content": m["content"]} for m in messages]}
+
+        def stream() -> None:
+            try:
+                with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions",
+                                  json=body, timeout=60) as r:
+                    for line in r.iter_lines():
+                        got.append(line)
+            except httpx.HTTPError:
+                pass
+
+        t = threading.Thread(target=stream, daemon=True)
+        t.start()
+        wait_until(lambda: any('"content"' in line for line in got), 60, 0.05, "a chunk")
+        proc.send_signal(signal.SIGUSR1)
+        code, err = finish(proc)
+        t.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 0, err[-3000:]
+    (path,) = sessions(tmp_path)
+    (req,) = read_session(path).requests
+    assert req.finish == "cancelled" and req.cancelled_by == "shutdown"
