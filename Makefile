@@ -1,12 +1,16 @@
-# Two entry points: `make run` and `make test`. Both create .venv and install what they need.
+# Two entry points: `make run` and `make test` (`make test-fast` and `make docs` beside them).
+# Each creates .venv and installs what it needs.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 BENCHSTAMP := $(VENV)/.installed-bench
+# Material for MkDocs prints a banner about its successor on every build; the build's own
+# warnings still show.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 
-.PHONY: run test test-fast lint bench bench-server bench-gui bench-peers clean screenshot package
+.PHONY: run test test-fast docs lint bench bench-server bench-gui bench-peers clean screenshot package
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +43,7 @@ run: $(STAMP)
 test: $(DEVSTAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(MKDOCS) build --strict --quiet
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
 
 # The fast lane: every test that loads no model, opens no window and starts no process (the
@@ -46,8 +51,15 @@ test: $(DEVSTAMP)
 test-fast: $(DEVSTAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(MKDOCS) build --strict --quiet
 	HYPOTHESIS_PROFILE=fast QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q \
 		-m "not model and not window and not process"
+
+# The manual (mkdocs.yml, docs/), served with live reload; `make test` builds it with --strict
+# into site/, so a broken link, anchor or page fails. Its reference pages are generated at every
+# build from the argument parsers and the family registry (scripts/gen_docs.py).
+docs: $(DEVSTAMP)
+	$(MKDOCS) serve -a 127.0.0.1:8000
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
@@ -84,4 +96,4 @@ package: $(STAMP)
 	$(BIN)/pyinstaller packaging/prism.spec --noconfirm
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info site
