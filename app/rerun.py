@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # `prism parse` shares the parser: the engine loads only for 
     from inspector.rerun import EngineChoice
 
 CANCEL_WAIT_S = 10.0  # after Ctrl-C: how long the cancelled request may take to finish
-# Exit status, for scripts (README, `prism rerun --help`): every request re-ran; some failed
+# Exit status, for scripts (docs/rerun.md, `prism rerun --help`): every request re-ran; some failed
 # (the others re-ran and are recorded); every one failed, or nothing could run (a usage error,
 # a recording, model or template that cannot be read); Ctrl-C.
 EXIT_OK, EXIT_SOME, EXIT_NONE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "as for --bos-token)")
     g.add_argument("--tap", action="store_true",
                    help="with --upstream: forward chat, messages and responses requests "
-                   "unchanged and record the upstream's own parsing (see README)")
+                   "unchanged and record the upstream's own parsing (see docs/upstream.md)")
 
 
 def special_tokens(args: argparse.Namespace, info: UpstreamInfo,

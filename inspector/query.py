@@ -9,7 +9,7 @@ The language copies mitmproxy's filter expressions: `~key value` tests one field
 written as nothing between two terms), `|` and `!` combine them, parentheses group; values are
 Python regexes, matched case-insensitively, quoted with "…" or '…' where they hold spaces or
 parentheses. A query without any `~` is plain text: each word (or "quoted phrase") must occur
-in the prompt or the output, as typed, in any case. See README "Finding requests".
+in the prompt or the output, as typed, in any case. See docs/inspector.md, "Finding requests".
 
 Qt-free and pure; the GUI thread calls it (the filter bar, the request list), and
 bench/filter.py times it.

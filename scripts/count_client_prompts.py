@@ -1,4 +1,4 @@
-"""Count the captured clients' first requests with the default model's tokenizer (README, Clients).
+"""Count the captured clients' first requests with the default model's tokenizer (docs/clients.md).
 
     .venv/bin/python scripts/count_client_prompts.py
 

@@ -3,7 +3,7 @@
 Owns `EFFORT_BUDGETS` (OpenAI's `reasoning_effort` levels as budgets), `budget_of` (a
 request's budget: its own, else the server's `--reasoning-budget`), `close_text` (what ends a
 family's reasoning: its writer's `reasoning_close`, then its `answer_open`) and `RunBudget`,
-the `Budget` a job carries (engine/backends/base.py). README, "Thinking budget".
+the `Budget` a job carries (engine/backends/base.py). docs/engine/thinking-budget.md.
 
 `RunBudget` is built on the service's thread and asked on the engine thread ("prism-llama"),
 before each token is drawn, where the run's pipeline (engine/pipeline.py) is fed: it reads the

@@ -4,8 +4,8 @@ Owns the cache folder, its file format, its in-memory index, the writer thread a
 engine/backends/llama/batch.py uses it on the engine's worker thread ("prism-llama"): `best`,
 `read` and `snapshot`-side calls run there (only that thread touches the llama context); the
 files are written, deduplicated and evicted on the cache's own thread ("prism-kv-save"), so no
-sequence in the batch waits on the disk while a save is written (README, "The disk prompt
-cache"; docs/design.md, section 5).
+sequence in the batch waits on the disk while a save is written (docs/engine/disk-cache.md;
+docs/design.md, section 5).
 
 Why: Open WebUI's 36 built-in tools are ~7,000 tokens in front of every chat, Claude Code's
 first request ~20,000, Codex's ~4,500; each start of the server, and each new session of an
