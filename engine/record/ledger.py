@@ -54,9 +54,9 @@ from engine.parse.events import (
 from engine.parse.filters import Chain
 from engine.record.model_info import UNKNOWN, ModelInfo
 from engine.record.recording import OutputSummary, RecordedRequest, Session, load_recording
+from engine.record.verdict import ANSWERED, BUDGET_CLOSED, Verdict, kind_of, verdict_of
 from engine.record.verdict import KINDS as VERDICT_KINDS
 from engine.record.verdict import LABELS as VERDICT_LABELS
-from engine.record.verdict import Verdict, kind_of, verdict_of
 
 KEYS = ("model", "quant", "family", "template", "engine")
 # The kinds every ledger lists, in this order (issue 21): the parser's, then the request's own.
@@ -180,7 +180,7 @@ def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
     # replies are not re-parsed at all unless their deciding event is asked for.
     kind = kind_of(result, req.finish, error=error, stop_sequence=req.stop_sequence,
                    status=req.status, upstream=upstream, refused=req.refused,
-                   cancelled_by=req.cancelled_by)
+                   cancelled_by=req.cancelled_by, budget_closed=req.forced_tokens > 0)
     events = reparse(req, fallback_family) if result is None or kind is None else None
     if result is not None:
         anomalies = {str(k): int(n) for k, n in (result.get("anomalies") or {}).items() if n}
@@ -198,10 +198,15 @@ def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
         finish = "tool_calls"
 
     def judge(evs: list[Event] | None = events) -> Verdict:
-        return verdict_of(reparse(req, fallback_family) if evs is None else evs, req.finish,
-                          error=error, stop_sequence=req.stop_sequence, status=req.status,
-                          upstream=upstream, refused=req.refused,
-                          cancelled_by=req.cancelled_by)
+        found = verdict_of(reparse(req, fallback_family) if evs is None else evs, req.finish,
+                           error=error, stop_sequence=req.stop_sequence, status=req.status,
+                           upstream=upstream, refused=req.refused,
+                           cancelled_by=req.cancelled_by)
+        if found.kind == ANSWERED and req.forced_tokens:
+            # Read in one chunk, the output has no token marks: the budget's close is known
+            # from the recording's `forced` tokens, as `kind_of` knows it.
+            return Verdict(BUDGET_CLOSED, "the reasoning budget closed the thinking")
+        return found
 
     verdict = judge() if events is not None else None
     family = req.reading.family if req.dialect in dialects.NAMES and req.dialect else info.family

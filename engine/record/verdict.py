@@ -194,13 +194,16 @@ def verdict_of(events: Sequence[Event], reason: str | None, *, error: str | None
 
 def kind_of(result: dict | None, reason: str | None, *, error: str | None = None,
             stop_sequence: str | None = None, status: int | None = None,
-            upstream: bool = False, refused: str = "", cancelled_by: str = "") -> str | None:
+            upstream: bool = False, refused: str = "", cancelled_by: str = "",
+            budget_closed: bool = False) -> str | None:
     """The kind `verdict_of` decides, from a recorded result (`ParseResult.to_dict()`) where
     its counts decide it, in the same order; None where only the events can say (a reply cut
     by max_tokens: which channel it ended in). A finish that reads no event (an error, a
     cancel, a stop string) needs no result. For the ledger, which counts kinds: the events,
     and so the deciding one, are read only when asked for. A call in the reasoning is the
-    `implicit_reasoning_end` the parser counts with it (engine/parse/parser_calls.py)."""
+    `implicit_reasoning_end` the parser counts with it (engine/parse/parser_calls.py).
+    `budget_closed`: the reasoning budget appended its close (the recording's `forced`
+    tokens), which decides an answer as `verdict_of`'s `reasoning_budget` event does."""
     if reason is None or reason in ("error", "cancelled") or \
             (reason != "length" and stop_sequence is not None):
         return verdict_of((), reason, error=error, stop_sequence=stop_sequence, status=status,
@@ -216,4 +219,4 @@ def kind_of(result: dict | None, reason: str | None, *, error: str | None = None
             return kind
     if calls:
         return CALL_FROM_REASONING if found.get(IMPLICIT_REASONING_END) else CALLED_TOOL
-    return ANSWERED
+    return BUDGET_CLOSED if budget_closed else ANSWERED

@@ -240,3 +240,21 @@ def test_the_real_model_is_named_with_its_quant(tmp_path, default_model):
     assert r.keys["model"] == default_model.name and r.keys["engine"] == LOCAL
     assert r.verdict.kind in (v.ANSWERED, v.LENGTH)
     assert r.ttft_ms is not None and r.ttft_ms > 0
+
+
+def test_a_reply_the_reasoning_budget_closed_is_counted_as_such(tmp_path):
+    """Read without its tokens, the ledger tells a reply whose thinking the budget closed (the
+    recording's `forced` tokens) from one the model ended itself, as the window's verdict does
+    from the events."""
+    path = tmp_path / "budget.jsonl"
+    result = {"reasoning": "Hmm", "content": "Yes.", "tool_calls": [], "anomalies": {}}
+    with Recorder(path, model="m", pack="qwen3-xml") as rec:
+        for rid, forced in (("closed", True), ("own", False)):
+            rec.request(rid, {"messages": []}, "", start_state="reasoning")
+            for i, text in enumerate(("Hmm", "\n</think>\n\n", "Yes.")):
+                rec.token(rid, i, Token(i, text, 0.1 * i, forced=forced and i == 1))
+            rec.finish(rid, Finish("stop", Timings(output_tokens=3)), result)
+    closed, own = read_replies([path])
+    assert closed.verdict.kind == v.BUDGET_CLOSED and own.verdict.kind == v.ANSWERED
+    (row,) = ledger([closed, own])
+    assert row.to_dict()["verdicts"][v.BUDGET_CLOSED] == 1
