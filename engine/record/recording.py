@@ -42,6 +42,13 @@ recorded, as it does for a request a crash cut off. Absent: the client cancelled
 file, which could not tell the two apart).
     {"type": "counterpart", "id", "of"}  # a rerun's request: `of` is the original's id
 
+    {"type": "model", "event", "model", "t", ["reason"], ["error"], ["memory"]}
+
+A server with several models (engine/catalog.py) records each model's `event` (loading,
+loaded, failed, unloaded) as it happens: `t` in seconds since the recorder opened, as a
+request's; an unload's `reason` (evicted, ttl, asked, closed), a failure's `error`, the bytes
+the model takes (`memory`). Not tied to a request, and skipped by readers that predate it.
+
 A recording made by `prism rerun` (app/rerun.py) names the recording it re-ran in its header,
 `"rerun_of": path`, and each re-run request's original with a `counterpart` record right after
 its request record (a record type of its own, so readers that predate it skip it).
@@ -113,13 +120,15 @@ class RecordingError(ValueError):
 class OutputSummary:
     """A request's output read without its tokens (`read_session(tokens=False)`, for the
     ledger): the text as streamed, how many tokens wrote it, the first and last token's `t`,
-    and how many of them the call guard chose (`guided`)."""
+    how many of them the call guard chose (`guided`) and how many the reasoning budget's
+    close appended (`forced`)."""
 
     text: str = ""
     n: int = 0
     first_t: float = 0.0
     last_t: float = 0.0
     guided: int = 0
+    forced: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +180,13 @@ class RecordedRequest:
         if self.summary is not None:
             return self.summary.text
         return "".join(tok.text for tok in self.tokens)
+
+    @property
+    def forced_tokens(self) -> int:
+        """Tokens the reasoning budget's close appended (read without tokens too)."""
+        if self.summary is not None:
+            return self.summary.forced
+        return sum(1 for tok in self.tokens if tok.forced)
 
     @property
     def guided_tokens(self) -> int:
@@ -466,6 +482,15 @@ class Recorder:
         after `id`'s request record, which the service writes on submit."""
         self._write({"type": "counterpart", "id": id, "of": of})
 
+    def model_event(self, event: str, model: str, *, reason: str = "", error: str = "",
+                    memory: int = 0) -> None:
+        """A model of a catalog loading, loaded, failed or unloaded (and why)."""
+        self._write({"type": "model", "event": event, "model": model,
+                     "t": round(time.perf_counter() - self._t0, 6),
+                     **({"reason": reason} if reason else {}),
+                     **({"error": error} if error else {}),
+                     **({"memory": memory} if memory else {})})
+
     def close(self) -> None:
         with self._lock:
             self._file.close()
@@ -503,6 +528,7 @@ class _Builder:
         self.fields: dict[str, dict] = {}
         self.tokens: dict[str, list] = {}
         self.guided: dict[str, int] = {}  # guided tokens per request, read without Tokens
+        self.forced: dict[str, int] = {}  # the budget's close tokens, likewise
         self.keep_tokens = keep_tokens
 
     def token_line(self, line: str) -> bool:
@@ -539,6 +565,9 @@ class _Builder:
                 if guided is not None:
                     rid = str(rec["id"])
                     self.guided[rid] = self.guided.get(rid, 0) + 1
+                if rec.get("forced") is True:
+                    rid = str(rec["id"])
+                    self.forced[rid] = self.forced.get(rid, 0) + 1
         elif kind == "request":
             rid = str(rec["id"])
             if rid in self.fields:
@@ -595,17 +624,19 @@ class _Builder:
                          for rid in self.order)
         else:
             reqs = tuple(RecordedRequest(summary=_summary(self.tokens[rid],
-                                                          self.guided.get(rid, 0)),
+                                                          self.guided.get(rid, 0),
+                                                          self.forced.get(rid, 0)),
                                          **self.fields[rid])
                          for rid in self.order)
         return Session(header=dict(self.header), requests=reqs)
 
 
-def _summary(pieces: list[tuple[str, float]], guided: int = 0) -> OutputSummary:
+def _summary(pieces: list[tuple[str, float]], guided: int = 0,
+             forced: int = 0) -> OutputSummary:
     if not pieces:
         return OutputSummary()
     return OutputSummary("".join(p[0] for p in pieces), len(pieces), pieces[0][1],
-                         pieces[-1][1], guided)
+                         pieces[-1][1], guided, forced)
 
 
 def read_session(path: Path | str, *, strict: bool = True, tokens: bool = True) -> Session:
