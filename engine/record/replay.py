@@ -330,7 +330,8 @@ class ReplayEngine(QueuedEngine):
             now = clock()
             t_first = t_first or now
             n_out += 1
-            for ready in gate.push(tok.id, tok.text.encode("utf-8"), now, tok.top):
+            for ready in gate.push(tok.id, tok.text.encode("utf-8"), now, tok.top,
+                                     tok.guided, tok.forced):
                 job.on_token(ready)
             if gate.stopped:
                 reason, error = "stop", None

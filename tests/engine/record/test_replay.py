@@ -436,3 +436,19 @@ def test_the_played_job_reports_the_prompt_count_it_was_given(make, text_file):
     assert c.finish.timings.prompt_tokens == 3  # the service's count, not a second one
     c = run(make(text_file, tokenizer=lambda s: list(s.encode())), prompt="abcd")
     assert c.finish.timings.prompt_tokens == 4
+
+
+def test_recorded_marks_reach_the_clients_replay(make, tmp_path: Path) -> None:
+    """A token the call guard chose and the reasoning budget's close keep their marks when a
+    recording is played to clients, so the pipeline shows the guided token and the budget's
+    event there as it did live."""
+    p = tmp_path / "marks.jsonl"
+    with Recorder(p, model="m") as rec:
+        rec.request("r1", {"messages": []}, "p", t0=0.0)
+        for i, (text, guided, forced) in enumerate((("Hmm", None, False), ("</think>", None, True),
+                                                     ("Ye", "No", False))):
+            rec.token("r1", i, Token(i, text, 0.1 * (i + 1), (), guided, forced))
+        rec.finish("r1", Finish("stop", Timings(output_tokens=3)))
+    played = run(make(p))
+    assert [(t.guided, t.forced) for t in played.tokens] == [(None, False), (None, True),
+                                                              ("No", False)]
