@@ -6,19 +6,25 @@ and the function the catalog's loader thread calls to make a model's `Service` e
 single model's is made (app/config.py: the pack from the GGUF's template or the preset's pack
 or template, the context, the KV layout, the disk prompt cache, whose namespace is per model
 file so a model that comes back finds its prefixes), with the preset's settings over the
-command line's. One recording for the whole server. Runs on the main thread at start-up; the
-build function runs on the catalog's loader thread.
+command line's. Before a model is loaded (and before anything is evicted for it) its file
+passes `check_file` (app/preflight.py: a GGUF cut short is `failed` without costing a resident
+model its place). One recording for the whole server, which also records each load, unload
+and eviction (a `model` record: engine/record/recording.py). Runs on the main thread at
+start-up; the build and check functions and the recording of model events run on the
+catalog's loader thread.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 from pathlib import Path
 
 from app.config import context_size, disk_cache_dir, resolve
+from app.preflight import check_model
 from engine.backends.llama.kv_plan import KVLayout, memory_bytes, plan_context, plan_kv
-from engine.catalog import BUFFERS, Catalog
+from engine.catalog import BUFFERS, Catalog, CatalogEvent
 from engine.catalog_files import CatalogError, ModelSpec, specs_for
 from engine.chat.detect import preserved_tokens
 from engine.metrics import Metrics
@@ -76,6 +82,22 @@ def build_model(args: argparse.Namespace, spec: ModelSpec, recorder: Recorder | 
     return service
 
 
+def check_file(spec: ModelSpec) -> None:
+    """SystemExit naming the file when a part of the model is not a whole GGUF."""
+    for part in spec.parts or (spec.path,):
+        check_model(part)
+
+
+def record_events(recorder: Recorder):
+    """A catalog listener writing each model event to the recording (loader thread)."""
+    def listen(ev: CatalogEvent) -> None:
+        # The recording closes after the catalog; a late event is not worth a traceback.
+        with contextlib.suppress(ValueError):
+            recorder.model_event(ev.kind, ev.model, reason=ev.reason, error=ev.status.error,
+                                 memory=ev.status.memory)
+    return listen
+
+
 def build_catalog(args: argparse.Namespace) -> tuple[Catalog, Recorder | None]:
     """The catalog the arguments describe, its loader started (nothing loaded yet), and the
     recording every model's requests go to. A folder or preset that cannot be used stops
@@ -96,7 +118,9 @@ def build_catalog(args: argparse.Namespace) -> tuple[Catalog, Recorder | None]:
     max_memory = args.models_max_memory or memory_bytes() // MEMORY_SHARE
     catalog = Catalog(specs, lambda spec: build_model(args, spec, recorder),
                       lambda spec: estimate(args, spec), max_memory=max_memory,
-                      max_models=args.models_max)
+                      max_models=args.models_max, check=check_file)
+    if recorder is not None:
+        catalog.add_listener(record_events(recorder))
     for spec in specs:
         if spec.pin:  # a pinned model is resident from the start, as it will stay
             catalog.load(spec.id)

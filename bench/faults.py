@@ -20,7 +20,9 @@ Scenarios:
   burst               12 requests at once over --max-queue 2 --parallel 1: 200s and 429s with
                       Retry-After, nothing left running
   hostile schemas     schemas no value matches, not a schema, nested 2,000 deep, a pathological
-                      pattern: each a 400 (never a 500) and /health still answering
+                      pattern, counts once fatal to the process (maxLength 20,000, maxItems
+                      100,000, {0,100000}), a quote in an enum, a 10,000-value enum: each a
+                      200 or a 400 (never a 500, never a crash) and /health still answering
 SIG is each of SIGINT, SIGTERM and SIGHUP. Every scenario is bounded by --timeout.
 
 Runs on the main thread; clients are threads of this process.
@@ -234,7 +236,17 @@ def hostile(tmp: Path, timeout: float) -> list[Row]:
     deep = '{"type": "array", "items": ' * 2000 + '{"type": "string"}' + "}" * 2000
     schemas = {"enum []": '{"enum": []}', "not a schema": '{"type": 5}',
                "nested 2,000 deep": deep,
-               "pattern (a+)+$": json.dumps({"type": "string", "pattern": "^(a+)+$" * 50})}
+               "pattern (a+)+$": json.dumps({"type": "string", "pattern": "^(a+)+$" * 50}),
+               # Once a segfault (llama.cpp's grammar parser recursing once per count), and a
+               # quote that once made an invalid grammar: engine/grammar/bounds.py.
+               "maxLength 20,000": json.dumps({"type": "object", "properties": {
+                   "s": {"type": "string", "maxLength": 20000}}}),
+               "maxItems 100,000": json.dumps({"type": "array", "items": {"type": "integer"},
+                                               "maxItems": 100000}),
+               "pattern {0,100000}": json.dumps({"type": "string",
+                                                 "pattern": "^.{0,100000}$"}),
+               "quote in an enum": json.dumps({"enum": ['say "hi"', "a\\b"]}),
+               "10,000-value enum": json.dumps({"enum": [f"v{i}" for i in range(10000)]})}
     rows = []
     for name, schema in schemas.items():
         t = time.monotonic()

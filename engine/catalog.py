@@ -13,12 +13,16 @@ pinned one and never one with a request running, queued or holding a lease: that
 *draining* instead (no new leases; its waiters queue behind the newcomer) and the newcomer
 waits until it is idle. A model idle longer than its `ttl` is unloaded. A load that fails (a
 corrupt file, a model larger than the limit) marks that model `failed` with why; the others
-keep serving; an explicit `load()` tries again.
+keep serving; an explicit `load()` tries again. Before room is made for a model, the app's
+cheap `check(spec)` (a truncated file, say) runs on the loader thread, outside the lock: a file
+that fails it is `failed` at once, and no resident model was evicted for it.
 
 Threads: one loader thread ("prism-catalog") builds, loads and closes engines, so no caller
 (the HTTP loop above all) ever waits on a load it did not ask to wait for. `lease`, `want`,
 `unwant`, `load`, `unload`, `statuses` from any thread, under one lock held only for
 bookkeeping. Listeners (`add_listener`) are called on the loader thread and must only enqueue.
+Service watchers (`watch_services`) are called there too, with a model's new service before
+any request can reach it (so they miss none of its runs) and with None once it is closed.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.catalog_files import ModelSpec
 from engine.service import RunUpdate, Service
@@ -90,6 +94,7 @@ class _Entry:
         self.asked_at = 0.0  # when it began to wait for a load (first come, first loaded)
         self.unload_asked = False
         self.draining = False
+        self.checked = False  # passed the check for the load it waits for
         self.last_used = 0.0
 
     @property
@@ -134,8 +139,12 @@ class Catalog:
 
     def __init__(self, specs: list[ModelSpec], build: Callable[[ModelSpec], Service],
                  estimate: Callable[[ModelSpec], tuple[int, int]], *, max_memory: int,
-                 max_models: int | None = None) -> None:
+                 max_models: int | None = None,
+                 check: Callable[[ModelSpec], None] | None = None) -> None:
+        """`check(spec)` raises (an Exception or SystemExit, its message the reason) when
+        the model's file cannot load: run before anything is evicted for it."""
         self._build = build
+        self._check = check
         self.max_memory, self.max_models = max_memory, max_models
         self._entries: dict[str, _Entry] = {}
         self._names: dict[str, _Entry] = {}
@@ -146,6 +155,7 @@ class Catalog:
                 self._names[n] = e
         self._cond = threading.Condition()
         self._listeners: list[Callable[[CatalogEvent], None]] = []
+        self._watchers: list[Callable[[str, Service | None], None]] = []
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="prism-catalog", daemon=True)
         self._thread.start()
@@ -169,6 +179,22 @@ class Catalog:
     def remove_listener(self, fn: Callable[[CatalogEvent], None]) -> None:
         if fn in self._listeners:
             self._listeners.remove(fn)
+
+    def watch_services(self, fn: Callable[[str, Service | None], None]) -> None:
+        """fn(model, service) once a model's service is built, before it takes a request;
+        fn(model, None) once it is closed (the loader thread; fn must only record it)."""
+        self._watchers.append(fn)
+
+    def unwatch_services(self, fn: Callable[[str, Service | None], None]) -> None:
+        if fn in self._watchers:
+            self._watchers.remove(fn)
+
+    def _tell(self, model: str, service: Service | None) -> None:
+        for fn in list(self._watchers):
+            try:
+                fn(model, service)
+            except Exception:
+                log.exception("[prism] a catalog service watcher failed")
 
     def statuses(self) -> list[ModelStatus]:
         with self._cond:
@@ -242,6 +268,14 @@ class Catalog:
                 e.asked, e.asked_at = True, time.monotonic()
             self._cond.notify_all()
 
+    def pin(self, name: str, on: bool = True) -> None:
+        """Pin the model (never evicted, no ttl) or let it go again; a pinned model that
+        is not resident is not loaded by this."""
+        with self._cond:
+            e = self._entry(name)
+            e.spec = replace(e.spec, pin=on)
+            self._cond.notify_all()
+
     def unload(self, name: str) -> None:
         """Unload the model (POST /models/unload) once its requests are done."""
         with self._cond:
@@ -313,6 +347,8 @@ class Catalog:
                          key=lambda e: e.asked_at)
         if waiting:
             e = waiting[0]
+            if self._check is not None and not e.checked:
+                return (lambda: self._run_check(e)), None
             step = self._make_room(e)
             if step is not None:
                 return step, None
@@ -354,7 +390,7 @@ class Catalog:
             return None
         for v in victims:
             v.state = UNLOADED
-        e.state, e.asked = LOADING, False
+        e.state, e.asked, e.checked = LOADING, False, False
         e.loads += 1
 
         def step() -> None:
@@ -384,6 +420,22 @@ class Catalog:
             except Exception:
                 log.exception("[prism] the catalog's loader failed a step")
 
+    def _run_check(self, e: _Entry) -> None:
+        """The app's check of a model about to load, before any room is made for it (a
+        corrupt file must not push a resident model out and then fail)."""
+        try:
+            self._check(e.spec)  # type: ignore[misc]
+        except (Exception, SystemExit) as err:
+            with self._cond:
+                if e.state != UNLOADED:
+                    return
+                e.state, e.error, e.asked = FAILED, str(err) or type(err).__name__, False
+            log.warning("[prism] model %s cannot load: %s", e.spec.id, e.error)
+            self._emit(e, "failed")
+            return
+        with self._cond:
+            e.checked = True
+
     def _load(self, e: _Entry) -> None:
         self._emit(e, "loading")
         service = None
@@ -403,6 +455,7 @@ class Catalog:
             self._emit(e, "failed")
             return
         service.add_listener(lambda upd: self._on_update(e, upd))
+        self._tell(e.spec.id, service)
         kv = getattr(service.engine, "kv_bytes", 0)
         with self._cond:
             e.service, e.state, e.error = service, LOADED, ""
@@ -420,4 +473,5 @@ class Catalog:
                 e.asked_at = time.monotonic()
         if service is not None:
             service.engine.close()
+            self._tell(e.spec.id, None)
         self._emit(e, "unloaded", reason)

@@ -2,8 +2,9 @@
 linked to its original. Qt-free.
 
 Owns `EngineChoice` (which engine, as `prism rerun` names it: a GGUF file, a built-in pack, an
-upstream URL), `RerunPlan` (what is sent: one request from the list, or a whole recording, and
-each original as a compare side), `side_of_track` (a request the window holds as a compare
+upstream URL; or, in a window serving several models, one of its models), `RerunPlan`
+(what is sent: one request from the list, or a whole recording, and each original as a
+compare side), `side_of_track` (a request the window holds as a compare
 `Side`) and `RerunFeed`, the `TrackSource` one rerun's requests stream through. The rerun itself
 is `prism rerun`'s loop (app/rerun.py), run by app/gui.py on a thread of its own; the window
 (widgets/main_window.py) asks for it from its *Re-run on…* action and polls the feed like the
@@ -31,14 +32,16 @@ from engine.service import Run, Service
 from inspector.recall import recorded, recorded_side
 from inspector.tracks import LiveFeed, Track, TrackStore
 
-KINDS = ("model", "pack", "upstream")  # `prism rerun`'s --model, --pack, --upstream
+# `prism rerun`'s --model, --pack, --upstream; and a model of the window's own catalog.
+KINDS = ("model", "pack", "upstream", "catalog")
 SOURCE = "rerun"  # the Source column of a rerun's requests
 
 
 @dataclass(frozen=True, slots=True)
 class EngineChoice:
     """The engine a rerun goes to. kind: "model" (value: a GGUF file), "pack" (a built-in
-    pack's name) or "upstream" (a server's OpenAI base URL); `max_tokens` caps each reply (a
+    pack's name), "upstream" (a server's OpenAI base URL) or "catalog" (the id of a model the
+    window serves: no engine of its own is built); `max_tokens` caps each reply (a
     recorded request that asked for fewer keeps its own); `n_ctx` sets the context (None: as
     `prism rerun` picks it)."""
 
@@ -54,7 +57,10 @@ class EngineChoice:
             raise ValueError(f"say which {self.kind} to re-run on")
 
     def argv(self) -> list[str]:
-        """The `prism rerun` options that name this engine."""
+        """The `prism rerun` options that name this engine (a catalog's model has none: it
+        is the window's own)."""
+        if self.kind == "catalog":
+            raise ValueError(f"the model {self.value!r} is the window's: no engine to build")
         out = [f"--{self.kind}", self.value]
         if self.max_tokens:
             out += ["--max-tokens", str(self.max_tokens)]
@@ -150,17 +156,24 @@ class RerunFeed:
         # Announced requests by identity until their first update makes a track: a run keeps
         # the request it was given, so its track's `request` is that object.
         self._expected: dict[int, tuple[ChatRequest, str]] = {}
+        # Every announced request by identity, held so that no other request takes its id.
+        self._mine: dict[int, ChatRequest] = {}
 
     # -- the rerun's thread ----------------------------------------------------------------
 
-    def attach(self, service: Service) -> None:
-        """The other engine's service is built: its runs' updates come here from now on."""
+    def attach(self, service: Service, shared: bool = False) -> None:
+        """The other engine's service is built: its runs' updates come here from now on.
+        `shared`: a service the window serves too (a model of its catalog): only the runs of
+        the requests announced by `expect` come here."""
         self._feed = LiveFeed(service, self.store)
+        if shared:
+            self._feed.wanted = lambda run: id(run.request) in self._mine
         if service.recorder is None:
             self._runs = {}
         self.message = f"re-run of {self.plan.label} on {service.engine.name}"
 
     def expect(self, original: RecordedRequest, request: ChatRequest) -> None:
+        self._mine[id(request)] = request
         self._expected[id(request)] = (request, original.id)
 
     def sent(self, run: Run) -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -366,29 +366,76 @@ class TrackSource(Protocol):
     def sample(self) -> None: ...
 
 
-class LiveFeed:
-    """Carries a service's run updates to tracks: enqueue on the engine thread, apply on the
-    GUI thread's frame timer, never one Qt signal per token."""
+class _Attached:
+    """A service the feed listens to: its name for the Model column, where it records, and
+    the listener to take off it again."""
 
-    def __init__(self, service: Service, store: TrackStore) -> None:
+    def __init__(self, feed: LiveFeed, service: Service, name: str) -> None:
+        self.service, self.name = service, name
+        # Where the service records: each track's home, indexed as it is written.
+        rec = getattr(service, "recorder", None)
+        self.recording = None if rec is None else index_of(rec.path, rec.offsets).path
+        self.listener = lambda upd: feed._on_update(upd, self)
+
+
+class LiveFeed:
+    """Carries services' run updates to tracks: enqueue on the engine thread, apply on the
+    GUI thread's frame timer, never one Qt signal per token. One service (`service`), or,
+    serving several models, each model's as it loads (`add_service`, named by its id: the
+    Model column; called on the catalog's loader thread before the model takes a request, so
+    no run is missed) until it unloads (`remove_service`); `service` is then None, and so are
+    `metrics` (each track has its model's). `wanted(run)`, when set, picks the runs to show
+    (a rerun on a service others use); `claim` leaves a run to another feed."""
+
+    def __init__(self, service: Service | None, store: TrackStore) -> None:
         self.service = service
         self.store = store
-        self._queue: deque[tuple[RunUpdate, str]] = deque()
+        self._queue: deque[tuple[RunUpdate, str, _Attached]] = deque()
         # Live runs and their tracks by id, until they finish. A run waiting for a slot gets
         # one with no update (the engine sets `job.slot` when it takes the job), so each frame
         # looks at the runs still live.
         self._live: dict[str, tuple[Run, Track]] = {}
-        # Where the service records: each track's home, indexed as it is written.
-        rec = getattr(service, "recorder", None)
-        self._recording = None if rec is None else index_of(rec.path, rec.offsets).path
-        service.add_listener(self._on_update)
+        self._attached: list[_Attached] = []
+        # Requests another feed shows (a rerun on one of these services), by identity.
+        self._claimed: set[int] = set()
+        self.wanted: Callable[[Run], bool] | None = None
+        if service is not None:
+            self.add_service(service)
+
+    def add_service(self, service: Service, name: str = "") -> None:
+        """Listen to this service too: its runs become tracks here. Any thread (the GUI
+        thread reads the list of services only by copying it)."""
+        if any(a.service is service for a in self._attached):
+            return
+        att = _Attached(self, service, name)
+        self._attached.append(att)
+        service.add_listener(att.listener)
+
+    def remove_service(self, service: Service) -> None:
+        """Stop listening to this service (any thread); its updates queued still apply."""
+        for att in [a for a in self._attached if a.service is service]:
+            if att in self._attached:  # not taken off by another thread meanwhile
+                self._attached.remove(att)
+                service.remove_listener(att.listener)
+
+    @property
+    def services(self) -> list[Service]:
+        return [a.service for a in list(self._attached)]
+
+    def claim(self, request: ChatRequest) -> None:
+        """The run of this request is shown by another feed (any thread, before it is
+        submitted): this one skips its updates."""
+        self._claimed.add(id(request))
 
     def close(self) -> None:
-        self.service.remove_listener(self._on_update)
+        for att in list(self._attached):
+            self.remove_service(att.service)
 
     @property
     def metrics(self) -> Metrics | None:
-        return self.service.metrics
+        """The one service's metrics (serving several models: None, each track has its
+        model's)."""
+        return self.service.metrics if self.service is not None else None
 
     @property
     def busy(self) -> bool:
@@ -400,21 +447,27 @@ class LiveFeed:
         if self.metrics is not None:
             self.metrics.sample()
 
-    def _on_update(self, upd: RunUpdate) -> None:
+    def _on_update(self, upd: RunUpdate, att: _Attached) -> None:
         # Engine thread: deque.append is atomic, and the parser's state is read here because
         # this is the one moment it is consistent with the update's events.
-        self._queue.append((upd, upd.run.parser.state))
+        if id(upd.run.request) in self._claimed:
+            if upd.kind in ("finish", "refused"):
+                self._claimed.discard(id(upd.run.request))
+            return
+        if self.wanted is not None and not self.wanted(upd.run):
+            return
+        self._queue.append((upd, upd.run.parser.state, att))
 
     def poll(self, now: float | None = None) -> list[Track]:
         """Apply everything queued; returns the tracks that changed (GUI thread)."""
         touched: dict[str, Track] = {}
         q = self._queue
         while q:
-            upd, state = q.popleft()
+            upd, state, att = q.popleft()
             run = upd.run
             live = self._live.get(run.id)
             if upd.kind == "start" or live is None:
-                live = self._live[run.id] = (run, self._new_track(run))
+                live = self._live[run.id] = (run, self._new_track(run, att))
                 self.store.add(live[1])
             track = live[1]
             if upd.token is not None:
@@ -439,19 +492,20 @@ class LiveFeed:
                 touched[track.id] = track
         return list(touched.values())
 
-    def _new_track(self, run: Run) -> Track:
+    def _new_track(self, run: Run, att: _Attached) -> Track:
         req = run.request
         return Track(
             id=run.id,
             source=req.api,
-            model=req.model or self.service.engine.name,
+            # Serving several models: the one that served it (a request may name an alias).
+            model=att.name or req.model or att.service.engine.name,
             prompt=run.prompt,
             prompt_tokens=run.prompt_tokens,
             reading=run.reading,
             request=req,
-            metrics=self.service.metrics,
+            metrics=att.service.metrics,
             origin="live",
-            home=None if self._recording is None else Home(self._recording, run.id),
+            home=None if att.recording is None else Home(att.recording, run.id),
             content_specials=run.marks.specials,
             special_escaped=run.marks.escaped,
             notes=run.notes,

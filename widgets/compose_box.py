@@ -13,7 +13,9 @@ context overflow, template errors) are shown under the buttons, never raised. `l
 prompt, its last user message, tools and sampling; the messages between them (an agent's turns
 and tool results) are kept as the request's history, named above the fields, sent with it
 until *Clear* — and its other settings (stop strings, tool choice, min_p...) ride along.
-GUI thread only.
+Serving several models (`set_models`), a *model* chooser lists them and names the request's
+`model`; `submit` may then return None: the model is loading and the request goes once it
+has loaded. GUI thread only.
 """
 
 from __future__ import annotations
@@ -103,6 +105,11 @@ class ComposeBox(QWidget):
         self.top_k.setSpecialValueText("off")
         self.top_k.setToolTip("Record each token's top-k alternatives (shown in the token "
                               "strip; costs about 2% of decode speed)")
+        self.model = QComboBox()  # serving several models: which one answers
+        self.model.setObjectName("compose_model")
+        self.model.setToolTip("The model this request goes to (one not loaded is loaded "
+                              "first)")
+        self.model_label = QLabel("model")
         self.guard = QCheckBox("Guard calls")
         self.guard.setChecked(bool(guard_calls))
         self.guard.setEnabled(guard_calls is not None)
@@ -133,6 +140,9 @@ class ComposeBox(QWidget):
                 target.addWidget(QLabel(label))
                 target.addWidget(w)
         row.addStretch(1)
+        row2.addWidget(self.model_label)
+        row2.addWidget(self.model)
+        self.set_models(())
         row2.addWidget(self.guard)
         row2.addStretch(1)
         row2.addWidget(self.send_btn)
@@ -160,6 +170,16 @@ class ComposeBox(QWidget):
         outer.addWidget(scroll)
         self.send_btn.clicked.connect(self.send)
         self.stop_btn.clicked.connect(self.stop)
+
+    def set_models(self, ids) -> None:
+        """The models a request may name (serving several); none: the chooser is hidden."""
+        current = self.model.currentText()
+        self.model.clear()
+        self.model.addItems(list(ids))
+        if current and self.model.findText(current) >= 0:
+            self.model.setCurrentText(current)
+        self.model.setVisible(bool(ids))
+        self.model_label.setVisible(bool(ids))
 
     def request(self) -> ChatRequest:
         """The request the fields describe (raises ValueError on bad tools JSON)."""
@@ -195,7 +215,7 @@ class ComposeBox(QWidget):
             # server's default.
             guard_calls=self.guard.isChecked(),
             api="gui",
-            model="",
+            model=self.model.currentText() if self.model.count() else "",
         )
 
     def load(self, request: ChatRequest | dict) -> str:
@@ -217,6 +237,8 @@ class ComposeBox(QWidget):
         self.max_tokens.setValue(req.max_tokens or self.max_tokens.value())
         self.top_k.setValue(min(req.top_logprobs or 0, self.top_k.maximum()))
         self.thinking.setCurrentIndex(max(0, self.thinking.findData(req.thinking)))
+        if req.model and self.model.findText(req.model) >= 0:  # serving several models
+            self.model.setCurrentText(req.model)
         if req.guard_calls is not None and self.guard.isEnabled():
             self.guard.setChecked(req.guard_calls)
         n = len(self.history)
@@ -242,6 +264,9 @@ class ComposeBox(QWidget):
             self.run = self.submit(req)
         except Exception as e:  # shown to the user: the box must never take the window down
             self._say(f"{type(e).__name__}: {e}", error=True)
+            return None
+        if self.run is None:  # its model loads first
+            self._say(f"{req.model} is loading: the request is sent once it has loaded")
             return None
         self.stop_btn.setEnabled(True)
         self._say(f"sent as {self.run.id}")

@@ -66,6 +66,7 @@ FRAME_MS = 33
 CHART_MS = 500
 TAB_FLOOR = 150  # px: the least a tab page keeps
 LEDGER_WIDTH = 460  # px: the ledger's columns and numbers, without a scrollbar
+MODELS_WIDTH = 620  # px: the model list's columns and buttons
 
 
 class MainWindow(WindowCommands, QMainWindow):
@@ -174,7 +175,8 @@ class MainWindow(WindowCommands, QMainWindow):
         self.ledger_action.setText("&Ledger of open recordings")
         self.ledger_action.setShortcut("Ctrl+L")
         self.ledger_dock.visibilityChanged.connect(self._ledger_shown)
-        self.menuBar().addMenu("&View").addAction(self.ledger_action)
+        self.view_menu = self.menuBar().addMenu("&View")
+        self.view_menu.addAction(self.ledger_action)
         self.recordings: list[Path] = []
         self.reruns = Reruns(self, rerun, packs)  # the Request menu
         self.actions_by_name = build_actions(self, {
@@ -340,6 +342,21 @@ class MainWindow(WindowCommands, QMainWindow):
             self.tabs.setCurrentWidget(self.raw)
             self.raw.show_span(verdict.span)
         self.say(f"{track.id}: {verdict.label}: {verdict.detail}")
+
+    def add_models(self, widget) -> QDockWidget:
+        """Serving several models: their list (widgets/model_list.py, filled by
+        app/gui_catalog.py) in a dock of its own, shown (View → Models)."""
+        dock = QDockWidget("Models", self)
+        dock.setObjectName("models")
+        dock.setWidget(widget)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+        # Wide enough for its columns (its buttons last), at most two fifths of the window.
+        self.resizeDocks([dock], [min(MODELS_WIDTH, self.width() * 2 // 5)],
+                         Qt.Orientation.Horizontal)
+        action = dock.toggleViewAction()
+        action.setText("&Models")
+        self.view_menu.addAction(action)
+        return dock
 
     def _ledger_shown(self, visible: bool) -> None:
         if visible:

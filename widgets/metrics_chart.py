@@ -8,12 +8,16 @@ asks its source (`engine.metrics.Metrics`, the service's or a playback's) for a 
 series, appends only the points newer than the last one seen, and scrolls the x range to the
 last `window` seconds. The plots sit in a grid of three columns (the anomaly plot spans two)
 inside a scroll area: a plot's data area never gets shorter than `MIN_PLOT_HEIGHT`, so its y
-labels never overprint, however little height the window gives the charts. GUI thread only.
+labels never overprint, however little height the window gives the charts. Serving several
+models, each model's load, unload and eviction is a `Marker` on the timeline (`add_marker`): a
+dashed vertical line across every plot, named on the first, at its time on the source's clock
+(`Metrics.t0`); a source without metrics (no model loaded yet) draws nothing. GUI thread only.
 """
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
@@ -48,6 +52,18 @@ MIN_PLOT_HEIGHT = 90  # px of a plot's data area: five y labels without overprin
 MIN_PLOT_WIDTH = 160  # px of a plot, its y axis included
 TITLE_H, AXIS_H = 20, 18  # a plot's title and x axis (their heights are set below)
 ROW_OVERHEAD = TITLE_H + AXIS_H + 14  # and the grid's spacing: measured, with the view box's
+
+
+MAX_MARKERS = 64  # the newest kept: a timeline shows two minutes
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """An event on the timeline: `t` is a time.perf_counter() value, as the metrics' times."""
+
+    t: float
+    label: str
+    colour: str
 
 
 class RingBuffer:
@@ -101,6 +117,9 @@ class MetricsCharts(QWidget):
         self.buffers: dict[str, RingBuffer] = {}
         self._plot_keys: dict[str, list[str]] = {}  # plot name -> its series' keys
         self.rows = 0  # the arrangement in use (GRIDS), set by `_arrange`
+        self.markers: list[Marker] = []
+        self._marker_items: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
+        self._markers_drawn: tuple = ()  # (the metrics they were placed for, how many)
         for name, title, colour in PLOTS:
             plot = pg.PlotItem(title=title)
             # Equal columns: the grid shares its width by stretch, not by the titles' widths.
@@ -193,6 +212,35 @@ class MetricsCharts(QWidget):
         self.title.setText(f"Charts · {label}" if label else "Charts")
         self.refresh()
 
+    def add_marker(self, marker: Marker) -> None:
+        """An event on the timeline (drawn at the next refresh)."""
+        self.markers = [*self.markers, marker][-MAX_MARKERS:]
+
+    def marker_positions(self) -> list[tuple[float, str]]:
+        """Where each marker is drawn now: (x on the first plot, its label)."""
+        first = next(iter(self.plots.values()))
+        return [(line.value(), line.label.toPlainText() if line.label else "")
+                for plot, line in self._marker_items if plot is first]
+
+    def _draw_markers(self, metrics) -> None:
+        key = (id(metrics), len(self.markers), self.markers[-1] if self.markers else None)
+        if key == self._markers_drawn:
+            return
+        self._markers_drawn = key
+        for plot, line in self._marker_items:
+            plot.removeItem(line)
+        self._marker_items = []
+        first = next(iter(self.plots.values()))
+        for m in self.markers:
+            for plot in self.plots.values():
+                line = pg.InfiniteLine(
+                    pos=m.t - metrics.t0, angle=90, movable=False,
+                    pen=pg.mkPen(m.colour, width=1, style=Qt.PenStyle.DashLine),
+                    label=m.label if plot is first else None,
+                    labelOpts={"position": 0.9, "color": m.colour, "rotateAxis": (1, 0)})
+                plot.addItem(line, ignoreBounds=True)
+                self._marker_items.append((plot, line))
+
     def points(self, key: str) -> int:
         return len(self.buffers[key])
 
@@ -206,6 +254,9 @@ class MetricsCharts(QWidget):
         if src is None:
             return
         src.sample()
+        if src.metrics is None:  # serving several models, none loaded yet
+            return
+        self._draw_markers(src.metrics)
         series = src.metrics.series()
         latest = 0.0
         for key, points in series.items():

@@ -2,8 +2,9 @@
 
 Owns `RerunDialog`. What: the request selected in the list, or the whole recording it was
 played from (when it was). Which engine, as `prism rerun` names one: a GGUF file (`--model`,
-with a file chooser), a built-in pack (`--pack`, the names the window was given) or an upstream
-server (`--upstream URL`); and a cap on each reply's tokens (`--max-tokens`, none: as
+with a file chooser), a built-in pack (`--pack`, the names the window was given), an upstream
+server (`--upstream URL`) or, in a window serving several models, one of them (`models`: loaded
+if it is not, no engine of its own); and a cap on each reply's tokens (`--max-tokens`, none: as
 recorded). OK is enabled only when the choice is complete; `choice()` returns it as an
 `EngineChoice` (inspector/rerun.py) and `whole_recording()` says what to send. The window opens
 it (widgets/main_window.py) and starts the rerun on accept. `rerun_blocker` says why a row
@@ -65,7 +66,8 @@ class RerunDialog(QDialog):
     of the recording it was played from and its request count, or None."""
 
     def __init__(self, request: str, recording: tuple[str, int] | None,
-                 packs: Sequence[str], parent: QWidget | None = None) -> None:
+                 packs: Sequence[str], parent: QWidget | None = None,
+                 models: Sequence[str] = ()) -> None:
         super().__init__(parent)
         self.setWindowTitle("Re-run on…")
         self.setObjectName("rerun_dialog")
@@ -95,6 +97,10 @@ class RerunDialog(QDialog):
         self.pack.addItems(list(packs))
         self.upstream = QLineEdit()
         self.upstream.setPlaceholderText("http://gpu-box:8000/v1")
+        self.catalog_btn = QRadioButton("a model of this window")
+        self.catalog = QComboBox()
+        self.catalog.setObjectName("rerun_catalog")
+        self.catalog.addItems(list(models))
         form = QFormLayout(engine)
         row = QHBoxLayout()
         row.addWidget(self.model_path, 1)
@@ -102,9 +108,13 @@ class RerunDialog(QDialog):
         form.addRow(self.model_btn, row)
         form.addRow(self.pack_btn, self.pack)
         form.addRow(self.upstream_btn, self.upstream)
-        for i, b in enumerate((self.model_btn, self.pack_btn, self.upstream_btn)):
+        if models:  # serving several models: the window's own come first
+            form.insertRow(0, self.catalog_btn, self.catalog)
+        for i, b in enumerate((self.model_btn, self.pack_btn, self.upstream_btn,
+                               self.catalog_btn)):
             self.kinds.addButton(b, i)
-        (self.pack_btn if packs else self.model_btn).setChecked(True)
+        (self.catalog_btn if models else self.pack_btn if packs
+         else self.model_btn).setChecked(True)
 
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(0, 1 << 20)
@@ -137,6 +147,7 @@ class RerunDialog(QDialog):
         self.model_path.textChanged.connect(self._check)
         self.upstream.textChanged.connect(self._check)
         self.pack.currentTextChanged.connect(self._check)
+        self.catalog.currentTextChanged.connect(self._check)
         self._check()
 
     def _browse(self) -> None:
@@ -151,6 +162,8 @@ class RerunDialog(QDialog):
             return "model", self.model_path.text().strip()
         if self.pack_btn.isChecked():
             return "pack", self.pack.currentText().strip()
+        if self.catalog_btn.isChecked():
+            return "catalog", self.catalog.currentText().strip()
         return "upstream", self.upstream.text().strip()
 
     def _check(self, *_args) -> None:

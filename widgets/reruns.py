@@ -40,6 +40,7 @@ class Reruns(QObject):
         self.window = window
         self._start = start
         self.packs = list(packs)
+        self.models: list[str] = []  # serving several models: the ids (app/gui_catalog.py)
         self.feeds: list[RerunFeed] = []
         self._said: dict[int, str] = {}  # what the status bar last said of each rerun
         self.dialog: RerunDialog | None = None
@@ -87,7 +88,8 @@ class Reruns(QObject):
                 path = None  # a text output, or gone since: the request alone
         if self.dialog is not None:
             self.dialog.deleteLater()  # the last one asked: done with
-        dialog = RerunDialog(track.id, recording, self.packs, self.window)
+        dialog = RerunDialog(track.id, recording, self.packs, self.window,
+                             models=self.models)
         dialog.accepted.connect(lambda: self._accepted(dialog, track, path))
         self.dialog = dialog
         dialog.open()

@@ -14,12 +14,20 @@ in one process, as in the tests, never share or clash). The exporter has two hal
   quant, family, template hash and engine, as `prism stats` groups recordings). Taking the
   counters from the same totals the JSON shows means the two views always agree.
 
+Serving several models (engine/catalog.py), `CatalogExporter` keeps the same three histograms
+with one series per model (label `model`, the catalog's id): it observes each model's service
+from its load to its unload (a catalog service watcher, on the catalog's loader thread, called
+before the model takes its first request), so a model's
+histograms go on counting across loads while its snapshot figures start again.
+
 JSON is returned when the client sends `Accept: application/json` or `?format=json`.
-Runs on the asyncio loop's thread (the route) and the engine thread (the observer).
+Runs on the asyncio loop's thread (the route), the engine thread (the observer) and the
+catalog's loader thread (attaching and detaching a model's observer).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from fastapi import APIRouter, Request
@@ -207,6 +215,86 @@ class PrometheusExporter:
         return generate_latest(self.registry)
 
 
+class _ModelObserver:
+    """One model's hooks into the catalog exporter's histograms (engine thread)."""
+
+    def __init__(self, exporter: CatalogExporter, model: str) -> None:
+        self._ttft = exporter.ttft.labels(model)
+        self._itl = exporter.itl.labels(model)
+        self._latency = exporter.latency.labels(model)
+
+    def on_token(self, id: str, t: float, gap_s: float | None) -> None:
+        if gap_s is not None:
+            self._itl.observe(gap_s)
+
+    def on_request_finished(self, id: str, finish_reason: str, timings, latency_s: float) -> None:
+        if timings.output_tokens:
+            self._ttft.observe(timings.ttft_ms / 1000.0)
+        self._latency.observe(latency_s)
+
+
+class CatalogExporter:
+    """The latency histograms of a catalog's models, by model id: each resident model's
+    `Metrics` is observed from its load to its unload. `observe()` starts, `close()` stops."""
+
+    def __init__(self, catalog) -> None:
+        self.catalog = catalog
+        self.registry = CollectorRegistry()
+        self.ttft = Histogram("prism_time_to_first_token_seconds",
+                              "Time from submission to the first output token.", ["model"],
+                              registry=self.registry, buckets=_LATENCY_BUCKETS)
+        self.itl = Histogram("prism_inter_token_latency_seconds",
+                             "Time between consecutive output tokens.", ["model"],
+                             registry=self.registry, buckets=_ITL_BUCKETS)
+        self.latency = Histogram("prism_request_latency_seconds",
+                                 "Time from submission to the end of the request.", ["model"],
+                                 registry=self.registry, buckets=_LATENCY_BUCKETS)
+        # Every model's series exist from the start (at 0), resident or not.
+        self._observers = {model: _ModelObserver(self, model) for model in catalog.ids}
+        self._attached: dict[str, object] = {}  # model -> the Metrics observed
+        self._lock = threading.Lock()
+        self._on = False
+
+    def observe(self) -> None:
+        self._on = True
+        self.catalog.watch_services(self._watch)
+        for model, service in self.catalog.services():  # resident before the app (pinned)
+            self._attach(model, service)
+
+    def close(self) -> None:
+        self._on = False
+        self.catalog.unwatch_services(self._watch)
+        with self._lock:
+            attached, self._attached = self._attached, {}
+        for model, metrics in attached.items():
+            metrics.remove_observer(self._observers[model])
+
+    def _watch(self, model: str, service: Service | None) -> None:  # the loader thread
+        if service is not None:
+            self._attach(model, service)
+            return
+        with self._lock:
+            metrics = self._attached.pop(model, None)
+        if metrics is not None:
+            metrics.remove_observer(self._observers[model])
+
+    def _attach(self, model: str, service: Service) -> None:
+        metrics = service.metrics
+        if metrics is None or not self._on:
+            return
+        with self._lock:
+            if self._attached.get(model) is metrics:
+                return
+            old = self._attached.get(model)
+            self._attached[model] = metrics
+        if old is not None:
+            old.remove_observer(self._observers[model])
+        metrics.add_observer(self._observers[model])
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
 @router.get("/metrics")
 async def metrics(request: Request):
     state = get_state(request)
@@ -214,7 +302,7 @@ async def metrics(request: Request):
         "application/json" in request.headers.get("accept", "")
     )
     if state.catalog is not None:
-        return catalog_metrics(state, wants_json)
+        return catalog_metrics(state, wants_json, getattr(request.app.state, "prometheus", None))
     if wants_json:
         if state.service.metrics is None:
             raise APIError("not_found", "metrics are not collected by this server")
@@ -223,9 +311,9 @@ async def metrics(request: Request):
     return Response(exporter.text(), media_type=CONTENT_TYPE_LATEST)
 
 
-def catalog_metrics(state, wants_json: bool):
+def catalog_metrics(state, wants_json: bool, exporter: CatalogExporter | None = None):
     """Several models: each resident model's snapshot, labelled by its id (a model's figures
-    start again when it is loaded again)."""
+    start again when it is loaded again), then the exporter's histograms by model."""
     resident = [(model, svc) for model, svc in state.catalog.services()
                 if svc.metrics is not None]
     if wants_json:
@@ -234,4 +322,5 @@ def catalog_metrics(state, wants_json: bool):
     registry = CollectorRegistry()
     for model, svc in resident:
         registry.register(_SnapshotCollector(svc, model))
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    text = generate_latest(registry) + (exporter.text() if exporter is not None else b"")
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

@@ -53,6 +53,9 @@ def create_app(state: AppState) -> FastAPI:
         exporter = metrics_api.PrometheusExporter(
             state.service, model=state.model_id, preparing=lambda: state.admission.preparing)
         exporter.observe()
+    elif state.catalog is not None:  # histograms by model; snapshots are read per scrape
+        exporter = metrics_api.CatalogExporter(state.catalog)
+        exporter.observe()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

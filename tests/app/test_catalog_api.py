@@ -171,3 +171,35 @@ def test_in_front_of_a_catalog_the_template_is_the_named_models(server) -> None:
         assert {SMOL, GEMMA, "broken"} <= set(info.models)
     finally:
         engine.close()
+
+
+def histogram_counts(http: httpx.Client, name: str) -> dict[str, float]:
+    """{model: count} of one latency histogram, from /metrics' Prometheus text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(http.get("/metrics").text):
+        for sample in fam.samples:
+            if sample.name == f"{name}_count":
+                out[sample.labels["model"]] = sample.value
+    return out
+
+
+def test_latency_histograms_are_per_model_and_survive_a_reload(server) -> None:
+    _, http = server
+    ttft, latency = "prism_time_to_first_token_seconds", "prism_request_latency_seconds"
+    before = histogram_counts(http, latency)
+    assert set(before) >= {SMOL, GEMMA, "broken"}  # every model's series, from the start
+    hi = [{"role": "user", "content": "Say hi."}]
+    for model in (SMOL, GEMMA, GEMMA):
+        r = http.post("/v1/chat/completions", json={"model": model, "messages": hi})
+        assert r.status_code == 200
+    after = histogram_counts(http, latency)
+    assert after[SMOL] == before[SMOL] + 1 and after[GEMMA] == before[GEMMA] + 2
+    assert histogram_counts(http, ttft)[GEMMA] >= 2
+    # Unloaded and loaded again: the new engine's requests count in the same series.
+    http.post("/models/unload", json={"model": GEMMA})
+    wait_until(lambda: states(http)[GEMMA]["value"] == "unloaded", 60, what="the unload")
+    r = http.post("/v1/chat/completions", json={"model": GEMMA, "messages": hi})
+    assert r.status_code == 200
+    assert histogram_counts(http, latency)[GEMMA] == after[GEMMA] + 1

@@ -20,6 +20,7 @@ from engine.catalog import BUFFERS, FAILED, LOADED, UNLOADED, Catalog, CatalogEv
 from engine.catalog_files import CatalogError, ModelSpec, group_files, specs_for
 from engine.chat.packs import PackError, load_pack, resolve_pack
 from engine.chat.request import ChatRequest, Message, Sampling
+from engine.gguf import check_complete
 from engine.metrics import Metrics
 from engine.service import Service
 from tests.support import wait_until
@@ -204,3 +205,24 @@ def test_model_files_split_parts_and_presets(tmp_path: Path) -> None:
     preset.write_text('[one]\nalias = "big"\n', encoding="utf-8")
     with pytest.raises(CatalogError, match="two models answer to 'big'"):
         specs_for(d, [], preset)
+
+
+def test_a_corrupt_file_fails_its_check_before_anyone_is_evicted(tmp_path: Path,
+                                                                 closing) -> None:
+    """Room for one model: the resident one stays, because the truncated file fails the
+    app's check (engine/gguf.py's, as app/catalog.py gives it) before room is made for it."""
+    smol = smol_gguf()
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(smol.read_bytes()[:500_000])
+    cat = Catalog([spec(smol), spec(broken)], build(), estimate, max_memory=2**33,
+                  max_models=1, check=lambda s: check_complete(s.path))
+    closing(cat)
+    events: list[CatalogEvent] = []
+    cat.add_listener(events.append)
+    cat.acquire(spec(smol).id, 120).release()
+    with pytest.raises(ModelFailed, match=r"broken\.gguf"):
+        cat.acquire("broken", 120)
+    assert cat.status(spec(smol).id).state == LOADED and cat.status(spec(smol).id).loads == 1
+    assert [(e.model, e.kind) for e in events] == \
+        [(spec(smol).id, "loading"), (spec(smol).id, "loaded"), ("broken", "failed")]
+    assert cat.status("broken").loads == 0  # never built: no engine was made for it
