@@ -401,7 +401,12 @@ class MainWindow(WindowCommands, QMainWindow):
         except (OSError, ValueError) as e:
             self.say(f"Cannot open {path}: {e}", error=True)
             return False
-        self.say(f"Opened {Path(path).name}: {len(items)} request(s)")
+        damage = self.playback.damage
+        if damage:  # what precedes the damage plays; the rest is named, with its line
+            self.say(f"Opened {Path(path).name}: {len(items)} request(s); the file is "
+                     f"damaged at {damage}", error=True)
+        else:
+            self.say(f"Opened {Path(path).name}: {len(items)} request(s)")
         self.recordings.append(Path(path))
         if self.ledger_dock.isVisible():
             self.ledger.set_recordings(self.recordings)
