@@ -63,11 +63,12 @@ def rerun_blocker(track: Track | None, recording: Path | None) -> str | None:
 
 class RerunDialog(QDialog):
     """See the module docstring. `request`: the selected request's id; `recording`: the name
-    of the recording it was played from and its request count, or None."""
+    of the recording it was played from and its request count, or None; `alone`: whether the
+    selected row holds a request to send by itself."""
 
     def __init__(self, request: str, recording: tuple[str, int] | None,
                  packs: Sequence[str], parent: QWidget | None = None,
-                 models: Sequence[str] = ()) -> None:
+                 models: Sequence[str] = (), alone: bool = True) -> None:
         super().__init__(parent)
         self.setWindowTitle("Re-run on…")
         self.setObjectName("rerun_dialog")
@@ -79,7 +80,10 @@ class RerunDialog(QDialog):
         self.whole.setEnabled(recording is not None)
         if recording is None:
             self.whole.setToolTip("The selected request was not played from a recording")
-        self.one.setChecked(True)
+        self.one.setEnabled(alone)
+        if not alone:  # a plain text output: no request of its own, only its file's
+            self.one.setToolTip("The selected row holds no request to send (a text output)")
+        (self.one if alone or recording is None else self.whole).setChecked(True)
         lay = QVBoxLayout(what)
         lay.addWidget(self.one)
         lay.addWidget(self.whole)

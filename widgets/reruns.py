@@ -89,7 +89,7 @@ class Reruns(QObject):
         if self.dialog is not None:
             self.dialog.deleteLater()  # the last one asked: done with
         dialog = RerunDialog(track.id, recording, self.packs, self.window,
-                             models=self.models)
+                             models=self.models, alone=track.request is not None)
         dialog.accepted.connect(lambda: self._accepted(dialog, track, path))
         self.dialog = dialog
         dialog.open()

@@ -72,3 +72,15 @@ def test_the_request_menu_and_the_context_menu_open_it(window, qtbot):
     # Not a re-run request: nothing to compare it with.
     assert not window.reruns.compare_with_original(track)
     assert "Select a re-run request" in window.message.text()
+
+
+def test_a_row_with_no_request_of_its_own_offers_only_its_recording(qtbot):
+    from widgets.rerun_dialog import RerunDialog
+
+    dialog = RerunDialog("out.txt", ("s.jsonl", 3), ["smollm2"], alone=False)
+    qtbot.addWidget(dialog)
+    assert not dialog.one.isEnabled() and dialog.one.toolTip()
+    assert dialog.whole.isEnabled() and dialog.whole.isChecked()
+    dialog = RerunDialog("r1", ("s.jsonl", 3), ["smollm2"])
+    qtbot.addWidget(dialog)
+    assert dialog.one.isEnabled() and dialog.one.isChecked()
