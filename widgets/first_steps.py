@@ -13,6 +13,7 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -46,12 +47,25 @@ def hint_html(url: str | None, recordings: Path | None) -> str:
             "<p>Help → Keyboard shortcuts (F1) lists every key.</p>").replace("{link}", link)
 
 
+def action_rows(actions) -> list[tuple[str, str]]:
+    """(keys, what it does) for QActions a widget owns (the request list's Find and next /
+    previous anomaly), read from the actions themselves so the list cannot drift."""
+    rows = []
+    for a in actions:
+        keys = ", ".join(k.toString(QKeySequence.SequenceFormat.NativeText)
+                         for k in a.shortcuts())
+        if keys:
+            rows.append((keys, a.text().replace("&", "").rstrip("…")))
+    return rows
+
+
 class ShortcutsDialog(QDialog):
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, extra=()) -> None:
+        """`extra`: QActions with keys that widgets own, listed after the window's."""
         super().__init__(parent)
         self.setWindowTitle("Keyboard shortcuts")
         self.setObjectName("shortcuts_dialog")
-        rows = shortcut_rows()
+        rows = shortcut_rows() + action_rows(extra)
         self.table = QTableWidget(len(rows), 2)
         self.table.setHorizontalHeaderLabels(["Keys", "Command"])
         self.table.verticalHeader().hide()

@@ -84,7 +84,9 @@ class WindowCommands:
         return True
 
     def show_shortcuts(self) -> ShortcutsDialog:
-        dialog = ShortcutsDialog(self)
+        log = self.log
+        dialog = ShortcutsDialog(self, (log.find_action, log.next_anomaly_action,
+                                        log.previous_anomaly_action))
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog

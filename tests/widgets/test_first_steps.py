@@ -66,7 +66,11 @@ def test_help_lists_every_declared_key_and_the_keys_work(window, qtbot, qapp):
     qtbot.keyClick(window, Qt.Key.Key_F1)
     shown = window.findChild(ShortcutsDialog, "shortcuts_dialog")
     assert shown is not None and shown.isVisible()
-    assert shown.table.rowCount() == len(shortcut_rows())
+    # The window's table, then the request list's own keys (Find, next / previous anomaly).
+    assert shown.table.rowCount() == len(shortcut_rows()) + 3
+    commands = [shown.table.item(i, 1).text() for i in range(shown.table.rowCount())]
+    assert commands[-3:] == ["Find requests", "Next anomaly", "Previous anomaly"]
+    assert shown.table.item(shown.table.rowCount() - 2, 0).text() == "F8"
     shown.close()
 
 
