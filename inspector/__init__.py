@@ -2,7 +2,9 @@
 
 Owns what the window shows, without drawing it: a `Track` per request and the bounded
 `TrackStore` (inspector/tracks.py), the `LiveFeed` that carries a service's run updates to
-tracks, and the `Playback` of recordings (inspector/playback.py). The views in `widgets/` read
+tracks, the `Playback` of recordings (inspector/playback.py), the read-back of a released row
+from its recording (inspector/recall.py), the request filter (inspector/query.py over
+inspector/summaries.py) and the re-run feeds (inspector/rerun.py). The views in `widgets/` read
 these objects; `app/gui.py` builds them.
 
 Rules of the layer (docs/design.md §2, import-linter contracts): imports `engine` only; never
