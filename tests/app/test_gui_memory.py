@@ -26,7 +26,7 @@ from engine.chat.request import ChatRequest, Message
 from engine.record.recording import read_session
 
 CALL_ID = re.compile(r"call_[0-9a-f]{8}\d+")
-N = 70  # past the 32 documents kept, with a middle row let go too
+N = 300  # an agent session: far past the 32 documents kept (rows 1, 150 and 300 read)
 TOOL = {"type": "function", "function": {"name": "run", "parameters": {
     "type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}}
 
@@ -89,9 +89,10 @@ def window(qtbot, service):
     return inspector, win
 
 
-def replayed(qtbot, path: Path) -> dict:
+def replayed(qtbot, path: Path, source=None) -> dict:
     """A fresh replay of a recording in a window of its own that keeps every document: each
-    request id → what that window shows of it."""
+    request id → what that window shows of it (the Prompt view counting with `source`, the
+    window's own, as `prism --replay` wires it)."""
     from inspector.playback import Playback
     from inspector.tracks import TrackStore
     from widgets.main_window import MainWindow
@@ -99,6 +100,7 @@ def replayed(qtbot, path: Path) -> dict:
     store = TrackStore(max_documents=10_000)
     pb = Playback(store)
     win = MainWindow(store, pb, [pb])
+    win.prompt.set_context_source(source)
     win.timer.stop()
     win.chart_timer.stop()
     qtbot.addWidget(win)
@@ -134,7 +136,7 @@ def test_old_rows_show_what_a_fresh_replay_of_the_recording_shows(qtbot, session
     inspector, win, runs = session
     tracks = [win.store.get(r.id, "live") for r in runs]
     assert sum(t.released for t in tracks) == N - win.store.max_documents
-    want = replayed(qtbot, inspector.service.recorder.path)
+    want = replayed(qtbot, inspector.service.recorder.path, win.prompt.source)
     for i in (0, N // 2, N - 1):
         t = tracks[i]
         if i < N - win.store.max_documents:
