@@ -61,7 +61,7 @@ def _needs(item) -> set[str]:
         out.add("window")
     module = getattr(item, "module", None)
     spawns = ("subprocess", "ServerProcess", "start_live", "prism_serve")
-    if module is not None and any(n in vars(module) for n in spawns) or "prism_serve" in names:
+    if (module is not None and any(n in vars(module) for n in spawns)) or "prism_serve" in names:
         out.add("process")
     return out
 
