@@ -28,6 +28,7 @@ import threading
 import time
 from collections import deque
 
+from app import telemetry
 from app.gui import RERUN_JOIN_S, Inspector, recordings_folder, rerun_packs
 from engine.catalog import Catalog, CatalogEvent
 from engine.chat.request import ChatRequest
@@ -323,6 +324,7 @@ class CatalogInspector(Inspector):
         self.view.close()
         self.feed.close()
         self.catalog.close()
+        telemetry.close(self.catalog)  # the last spans, within a bound
         self._exit.close()
         if self.recorder is not None:
             self.recorder.close()

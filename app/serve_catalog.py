@@ -16,6 +16,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
+from app import telemetry
 from app.catalog import build_catalog
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ def serve_catalog(args: argparse.Namespace, sock: socket.socket, stop: StopSigna
     if stop.received:
         sock.close()
         catalog.close()
+        telemetry.close(catalog)
         if recorder is not None:
             recorder.close()
         return 0
@@ -63,6 +65,7 @@ def serve_catalog(args: argparse.Namespace, sock: socket.socket, stop: StopSigna
         sock.close()
         try:
             catalog.close()
+            telemetry.close(catalog)  # the last spans, within a bound
         finally:
             if recorder is not None:
                 recorder.close()

@@ -55,7 +55,8 @@ _RESPONSE_ID = {"openai": "chatcmpl-{}", "anthropic": "msg_{}", "responses": "re
 # worker thread inherits it).
 _PARENT: contextvars.ContextVar[Any] = contextvars.ContextVar("prism_trace_parent",
                                                               default=None)
-_TRACINGS: weakref.WeakKeyDictionary[Service, Tracing] = weakref.WeakKeyDictionary()
+# The export of each traced service (or catalog: CatalogTracing).
+_TRACINGS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 # -- options -------------------------------------------------------------------------------
@@ -101,9 +102,7 @@ def _endpoint(args: argparse.Namespace) -> str | None:
 # -- wiring --------------------------------------------------------------------------------
 
 
-def start(args: argparse.Namespace, service: Service) -> Tracing | None:
-    """Export `service`'s requests as spans, if the options or the environment ask for it
-    (None otherwise). Main thread, at start-up."""
+def _url(args: argparse.Namespace) -> str | None:
     url = _endpoint(args)
     if url is None:
         return None
@@ -112,25 +111,44 @@ def start(args: argparse.Namespace, service: Service) -> Tracing | None:
             log.warning("prism: %s=%s is not supported; traces go over http/protobuf", var,
                         os.environ[var])
             break
-    tracing = Tracing(service, url, content=bool(getattr(args, "otlp_content", False)))
+    content = bool(getattr(args, "otlp_content", False))
     print(f"prism: exporting traces to {url} (OTLP/HTTP"
-          f"{', with message content' if tracing.content else ''})", file=sys.stderr,
-          flush=True)
-    return tracing
+          f"{', with message content' if content else ''})", file=sys.stderr, flush=True)
+    return url
 
 
-def close(service: Service) -> None:
-    """Flush and shut down `service`'s export, if it has one. Every stop path calls it, after
-    the engine is closed (a run the close cancels ends its span first)."""
-    tracing = _TRACINGS.pop(service, None)
+def start(args: argparse.Namespace, service: Service) -> Tracing | None:
+    """Export `service`'s requests as spans, if the options or the environment ask for it
+    (None otherwise). Main thread, at start-up."""
+    url = _url(args)
+    if url is None:
+        return None
+    return Tracing(service, url, content=bool(getattr(args, "otlp_content", False)))
+
+
+def start_catalog(args: argparse.Namespace, catalog) -> CatalogTracing | None:
+    """Export the requests of every model of `catalog` (engine/catalog.py) as spans, each
+    model's from its load to its unload, through one provider; None when nothing asks for
+    it. Main thread, at start-up; `close(catalog)` ends it."""
+    url = _url(args)
+    if url is None:
+        return None
+    return CatalogTracing(catalog, url, content=bool(getattr(args, "otlp_content", False)))
+
+
+def close(owner) -> None:
+    """Flush and shut down the export of `owner` (a service or a catalog), if it has one.
+    Every stop path calls it, after the engines are closed (a run the close cancels ends its
+    span first)."""
+    tracing = _TRACINGS.pop(owner, None)
     if tracing is not None:
         tracing.close()
 
 
-def install(app, service: Service) -> None:
-    """Have `app` read the caller's trace context (W3C traceparent) when `service` is traced;
-    before the app starts."""
-    if service in _TRACINGS:
+def install(app, owner) -> None:
+    """Have `app` read the caller's trace context (W3C traceparent) when `owner` (its service,
+    or its catalog) is traced; before the app starts."""
+    if owner is not None and owner in _TRACINGS:
         app.add_middleware(TraceContext)
 
 
@@ -171,11 +189,9 @@ class _Live:
 class Tracing:
     """The tracer provider of one service, and its listener. See the module docstring."""
 
-    def __init__(self, service: Service, url: str, *, content: bool = False) -> None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    def __init__(self, service: Service, url: str, *, content: bool = False,
+                 provider: Any = None) -> None:
+        # `provider`: a catalog's, shared by its models and shut down by it (None: our own).
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
         from app.api.metrics import model_info
@@ -185,13 +201,8 @@ class Tracing:
         self.url = url
         self.content = content
         self._kind, self._status, self._error = SpanKind.SERVER, Status, StatusCode.ERROR
-        resource = Resource.create({SERVICE_VERSION: version()})
-        if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-            resource = resource.merge(Resource({SERVICE_NAME: "prism"}))  # no OTEL_SERVICE_NAME
-        # shutdown_on_exit=False: `close` shuts it down, with a bound; the SDK's own atexit
-        # hook would wait up to 30 s on a collector that never answers.
-        self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+        self._owns = provider is None
+        self.provider = provider if provider is not None else make_provider(url)
         self.tracer = self.provider.get_tracer("prism", version())
         info = model_info(service).to_dict()
         engine = service.engine
@@ -341,20 +352,86 @@ class Tracing:
         for live in list(self._live.values()):
             live.span.end()
         self._live.clear()
-        done = threading.Event()
+        return shut_down(self.provider, self.url, timeout) if self._owns else True
 
-        def shutdown() -> None:
-            try:
-                self.provider.shutdown()
-            finally:
-                done.set()
 
-        threading.Thread(target=shutdown, name="prism-otel-close", daemon=True).start()
-        if not done.wait(timeout):
-            log.warning("prism: the trace collector at %s did not take the last spans in "
-                        "%.0f s; they are dropped", self.url, timeout)
-            return False
-        return True
+def make_provider(url: str):
+    """A tracer provider exporting over OTLP/HTTP to `url` in batches, on its own thread."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from app.api.server import version
+
+    resource = Resource.create({SERVICE_VERSION: version()})
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "prism"}))  # no OTEL_SERVICE_NAME
+    # shutdown_on_exit=False: `close` shuts it down, with a bound; the SDK's own atexit
+    # hook would wait up to 30 s on a collector that never answers.
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    return provider
+
+
+def shut_down(provider, url: str, timeout: float = CLOSE_S) -> bool:
+    """Shut `provider` down (its last batch exported) on a thread of its own for at most
+    `timeout` seconds: a collector that never answers must not hold the process. True when
+    it finished."""
+    done = threading.Event()
+
+    def shutdown() -> None:
+        try:
+            provider.shutdown()
+        finally:
+            done.set()
+
+    threading.Thread(target=shutdown, name="prism-otel-close", daemon=True).start()
+    if not done.wait(timeout):
+        log.warning("prism: the trace collector at %s did not take the last spans in "
+                    "%.0f s; they are dropped", url, timeout)
+        return False
+    return True
+
+
+class CatalogTracing:
+    """The spans of a catalog's models: one provider, and a `Tracing` on each model's service
+    while it is loaded (the catalog tells its services as they are built and closed, on its
+    loader thread). A model's spans carry its id as `gen_ai.request.model`, as every span
+    does, and its file in `prism.model.file`."""
+
+    def __init__(self, catalog, url: str, *, content: bool = False) -> None:
+        self.catalog, self.url, self.content = catalog, url, content
+        self.provider = make_provider(url)
+        self._lock = threading.Lock()
+        self._models: dict[str, Tracing] = {}
+        self._closed = False
+        _TRACINGS[catalog] = self
+        catalog.watch_services(self._on_service)
+
+    def _on_service(self, model: str, service: Service | None) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            old = self._models.pop(model, None)
+            if service is not None:
+                self._models[model] = Tracing(service, self.url, content=self.content,
+                                              provider=self.provider)
+        if old is not None:  # its engine is closed: its runs have ended their spans
+            old.close()
+            _TRACINGS.pop(old.service, None)
+
+    def close(self, timeout: float = CLOSE_S) -> bool:
+        with self._lock:
+            if self._closed:
+                return True
+            self._closed = True
+            models, self._models = list(self._models.values()), {}
+        self.catalog.unwatch_services(self._on_service)
+        for tracing in models:
+            tracing.close()
+            _TRACINGS.pop(tracing.service, None)
+        return shut_down(self.provider, self.url, timeout)
 
 
 # -- content (only with --otlp-content) ----------------------------------------------------

@@ -82,7 +82,8 @@ def create_app(state: AppState) -> FastAPI:
     app.add_api_route("/v1/health", health, methods=["GET"])
     app.add_api_route("/props", props, methods=["GET"])
     app.add_middleware(Guard, state=state)
-    telemetry.install(app, state.service)  # a caller's traceparent, when traced
+    # a caller's traceparent, when traced
+    telemetry.install(app, state.service if state.service is not None else state.catalog)
     return app
 
 

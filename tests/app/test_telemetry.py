@@ -326,3 +326,43 @@ def test_the_default_model_span_matches_its_usage(default_model, collector):
     a = by_id[again["id"]]
     assert a["prism.prompt_tokens.slot"] == \
         again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+
+
+@pytest.mark.model
+def test_a_catalog_traces_every_model_it_loads(default_model, tmp_path, collector):
+    # Two models of one catalog (the same GGUF under two ids, so no second download): each
+    # request's span names the model it asked for, before and after the first is unloaded
+    # and loaded again, and the caller's traceparent is joined in catalog mode too.
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("alpha", "beta"):
+        (models / f"{name}.gguf").symlink_to(default_model)
+    prism = Prism("--models-dir", str(models), "--max-tokens", "4", "--no-disk-cache",
+                  "--otlp-endpoint", collector.url, boot=120)
+    try:
+        def chat(model: str, headers: dict | None = None) -> dict:
+            r = prism.http.post("/v1/chat/completions", headers=headers, json={
+                "model": model, "messages": [{"role": "user", "content": "Hi"}]})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        a1 = chat("alpha")
+        b1 = chat("beta", headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
+        r = prism.http.post("/models/unload", json={"model": "alpha"})
+        assert r.status_code == 200, r.text
+        wait_until(lambda: {m["id"]: m["status"]["value"] for m in
+                            prism.http.get("/v1/models").json()["data"]}["alpha"] == "unloaded",
+                   60)
+        a2 = chat("alpha")  # loaded again: traced again
+        spans = collector.wait(3)
+    finally:
+        out = prism.stop()
+    assert out.count("exporting traces to") == 1  # one export for the catalog
+    by_id = {s["attrs"]["gen_ai.response.id"]: s for s in spans}
+    for reply, model in ((a1, "alpha"), (b1, "beta"), (a2, "alpha")):
+        a = by_id[reply["id"]]["attrs"]
+        assert a["gen_ai.request.model"] == model
+        assert a["gen_ai.usage.output_tokens"] == reply["usage"]["completion_tokens"]
+        assert a["prism.model.file"] == f"{model}.gguf"
+    assert by_id[b1["id"]]["span"].trace_id.hex() == TRACE_ID
+    assert {s["resource"]["service.name"] for s in spans} == {"prism"}
