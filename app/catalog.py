@@ -21,7 +21,9 @@ import contextlib
 import logging
 from pathlib import Path
 
+from app import telemetry
 from app.config import context_size, disk_cache_dir, resolve
+from app.embed import embedder_for
 from app.preflight import check_model
 from engine.backends.llama.kv_plan import KVLayout, memory_bytes, plan_context, plan_kv
 from engine.catalog import BUFFERS, Catalog, CatalogEvent
@@ -79,6 +81,7 @@ def build_model(args: argparse.Namespace, spec: ModelSpec, recorder: Recorder | 
     service.escape_special = a.escape_special
     service.guard_calls = not a.no_guard_calls
     service.reasoning_budget = a.reasoning_budget  # engine/chat/budget.py
+    service.embedder = embedder_for(a, engine)  # /v1/embeddings (app/embed.py); closed on unload
     return service
 
 
@@ -121,6 +124,8 @@ def build_catalog(args: argparse.Namespace) -> tuple[Catalog, Recorder | None]:
                       max_models=args.models_max, check=check_file)
     if recorder is not None:
         catalog.add_listener(record_events(recorder))
+    # --otlp-endpoint: every model's requests as spans, from before the first (pinned) load
+    telemetry.start_catalog(args, catalog)
     for spec in specs:
         if spec.pin:  # a pinned model is resident from the start, as it will stay
             catalog.load(spec.id)

@@ -473,5 +473,8 @@ class Catalog:
                 e.asked_at = time.monotonic()
         if service is not None:
             service.engine.close()
+            # Its embedding worker holds a second copy of the model: it goes too.
+            if (embedder := getattr(service, "embedder", None)) is not None:
+                embedder.close()
             self._tell(e.spec.id, None)
         self._emit(e, "unloaded", reason)

@@ -6,13 +6,15 @@ reply: `{"object": "list", "data": [{"object": "embedding", "index", "embedding"
 "usage": {"prompt_tokens", "total_tokens"}}`. base64 is the vector's float32 values,
 little-endian, as OpenAI sends them (the official SDKs ask for it by default and decode it).
 
-Where the vectors come from: the local model's `Embedder` (engine/backends/llama/embed.py, the
-service's `embedder`: mean pooling over the model's own hidden states, on its worker thread), or,
-under `--upstream` (and `--tap`), the upstream's /v1/embeddings (engine/backends/upstream/
-embeddings.py), whose answer is passed through. A server with neither (a replay, or
-`--no-embeddings`) says so in a 400. `dimensions` is accepted only when it equals the model's own
-size: Prism does not shorten vectors (a Matryoshka cut is only meaningful for models trained for
-it). An input over what the model embeds at once is refused naming its index and both counts.
+Where the vectors come from (with a model catalog, the model the request's `model` names, loaded
+on demand as for a chat, app/api/models.py): the local model's `Embedder`
+(engine/backends/llama/embed.py, the service's `embedder`: mean pooling over the model's own
+hidden states, on its worker thread), or, under `--upstream` (and `--tap`), the upstream's
+/v1/embeddings (engine/backends/upstream/embeddings.py), whose answer is passed through. A
+server with neither (a replay, or `--no-embeddings`) says so in a 400. `dimensions` is accepted
+only when it equals the model's own size: Prism does not shorten vectors (a Matryoshka cut is
+only meaningful for models trained for it). An input over what the model embeds at once is
+refused naming its index and both counts.
 
 Embedding requests do not go through `--max-queue` admission: they never wait for a generation
 slot; the embedder's own small queue answers 429 when full.
@@ -35,6 +37,7 @@ from pydantic import StrictInt, StrictStr
 
 from app.api.convert import Lenient, validate
 from app.api.errors import APIError, kind_for_status
+from app.api.models import lease_for, service_of
 from app.api.state import AppState, get_state
 from app.api.tap import TapEngine
 from app.api.validate import parse_json
@@ -48,6 +51,7 @@ from engine.backends.llama.embed import (
 from engine.backends.upstream.embeddings import forward
 from engine.backends.upstream.engine import UpstreamEngine
 from engine.backends.upstream.wire import UpstreamError
+from engine.service import Service
 
 router = APIRouter()
 MAX_INPUTS = 2048  # OpenAI's limit of inputs per request
@@ -91,8 +95,8 @@ def reply(result: Embedded, model: str, fmt: str) -> bytes:
                       separators=(",", ":")).encode("utf-8")
 
 
-def upstream_of(state: AppState) -> UpstreamEngine | None:
-    engine = state.service.engine
+def upstream_of(service: Service) -> UpstreamEngine | None:
+    engine = service.engine
     if isinstance(engine, TapEngine):
         return engine.upstream
     return engine if isinstance(engine, UpstreamEngine) else None
@@ -106,14 +110,27 @@ async def embeddings(request: Request):
     inputs = inputs_of(body)
     if body.dimensions is not None and body.dimensions < 1:
         raise APIError("invalid_request", "'dimensions' must be at least 1", param="dimensions")
-    upstream = upstream_of(state)
-    if upstream is not None:
-        return await pass_through(state, upstream, data)
-    embedder = getattr(state.service, "embedder", None)
-    model = state.reply_model(body.model)
+    # With a catalog the request's `model` picks the catalog entry (loaded on demand, and
+    # held by the lease so it is not evicted while it embeds); without one, the one service.
+    lease = await lease_for(state, body.model)
+    try:
+        service = service_of(state, lease)
+        upstream = upstream_of(service)
+        if upstream is not None:
+            return await pass_through(state, upstream, data)
+        model = lease.model if lease is not None else state.reply_model(body.model)
+        return await embed(service, model, inputs, body)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+async def embed(service: Service, model: str, inputs: list[str | list[int]],
+                body: EmbeddingsBody) -> Response:
+    embedder = getattr(service, "embedder", None)
     if embedder is None:
         why = ("it was started with --no-embeddings"
-               if getattr(state.service.engine, "model_path", None) is not None
+               if getattr(service.engine, "model_path", None) is not None
                else "it has no model to embed with (it replays recorded outputs)")
         raise APIError("invalid_request", f"The model '{model}' cannot create embeddings on "
                        f"this server: {why}", param="model", code="embeddings_unsupported")

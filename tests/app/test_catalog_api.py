@@ -203,3 +203,28 @@ def test_latency_histograms_are_per_model_and_survive_a_reload(server) -> None:
     r = http.post("/v1/chat/completions", json={"model": GEMMA, "messages": hi})
     assert r.status_code == 200
     assert histogram_counts(http, latency)[GEMMA] == after[GEMMA] + 1
+
+
+OPENWEBUI_EMBEDDINGS = ROOT / "tests" / "app" / "data" / "client_openwebui_embeddings.json"
+
+
+def test_open_webui_rag_embeds_with_the_catalog_model_it_names(server) -> None:
+    """Open WebUI 0.12's RAG (its OpenAI embedding engine) posts a document's chunks naming
+    a catalog model: that model is loaded for it and embeds them; an unknown name is a 404
+    naming the ids; after an unload (its embedding worker closed with it) it embeds again."""
+    _, http = server
+    captured = json.loads(OPENWEBUI_EMBEDDINGS.read_text(encoding="utf-8"))
+    body = {**captured["body"], "model": SMOL}  # captured against a folder naming it otherwise
+    r = http.post(captured["path"], json=body, headers=captured["headers"])
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["model"] == SMOL and len(got["data"]) == len(body["input"])
+    assert len(got["data"][0]["embedding"]) == 576  # SmolLM2-135M's hidden size
+    assert got["usage"]["prompt_tokens"] > 100
+    assert states(http)[SMOL]["value"] == "loaded"
+    r = http.post("/v1/embeddings", json={**body, "model": "nope"})
+    assert r.status_code == 404 and SMOL in r.json()["error"]["message"]
+    assert http.post("/models/unload", json={"model": SMOL}).json() == {"success": True}
+    wait_until(lambda: states(http)[SMOL]["value"] == "unloaded", 60, what="the unload")
+    r = http.post("/v1/embeddings", json={"input": "a heron named Ludo", "model": SMOL})
+    assert r.status_code == 200 and len(r.json()["data"][0]["embedding"]) == 576
