@@ -40,6 +40,7 @@ from engine.parse.families.registry import (
     detect_order,
     families,
     get,
+    known,
 )
 from engine.parse.markers import THINK_MARKERS, Markers
 
@@ -58,12 +59,12 @@ NAMES = ("auto", *REGISTRY)
 AUTO = (REGISTRY["qwen-xml"], REGISTRY["hermes-json"])
 
 __all__ = ["FULL", "NAMES", "NONE", "PREFIX", "REGISTRY", "CallGrammar", "Family", "Match",
-           "Writer", "detect_order", "get", "markers", "opener_family"]
+           "Writer", "detect_order", "get", "known", "markers", "opener_family"]
 
 
 def markers(name: str) -> Markers:
     """The family's tags (`auto` reads `<think>` / `<tool_call>`, as Qwen XML and Hermes do)."""
-    fam = REGISTRY.get(name)
+    fam = get(name)
     return fam.markers if fam is not None else THINK_MARKERS
 
 
@@ -72,7 +73,10 @@ def opener_family(name: str, text: str, i: int) -> tuple[Match, Family | None]:
 
     `name` is "auto" or one of REGISTRY; auto accepts either `<tool_call>` family's opener.
     """
-    fams = AUTO if name == "auto" else (REGISTRY[name],)
+    fam = get(name)
+    if name != "auto" and fam is None:
+        raise KeyError(name)
+    fams = AUTO if fam is None else (fam,)
     undecided = False
     for fam in fams:
         m = fam.match_opener(text, i)

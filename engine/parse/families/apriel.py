@@ -1,8 +1,9 @@
 """Apriel 1.5 / 1.6 Thinker (ServiceNow): untagged reasoning that ends at
 `[BEGIN FINAL RESPONSE]`, calls as a JSON list in `<tool_calls>`.
 
-Owns the family's markers, the reader of one call and its writer. Run by whichever thread
-drives the parser.
+Owns the family's record (`FORMAT`, a json-list shape in `<tool_calls>`, also read in
+`<tool_call>`: reader, writer and forced-call grammar come from it,
+engine/parse/shapes/json_list.py). Run by whichever thread drives the parser.
 
     Here are my reasoning steps:
     The user wants the weather in Paris.
@@ -15,7 +16,7 @@ reasoning steps:" (consumed as its opener at the start of the output), Apriel 1.
 writes it as the generation prompt (the reply starts in reasoning). `[BEGIN FINAL RESPONSE]`
 (one token of Apriel's vocabulary, as vLLM reads it) ends the reasoning; `[END FINAL
 RESPONSE]`, which 1.5 writes after its answer, is markup. Each object of the list is its own
-call (engine/parse/families/json_calls.py), the last one consuming `]</tool_calls>`. The turn
+call (engine/parse/shapes/json_list.py), the last one consuming `]</tool_calls>`. The turn
 ends with `<|end|>`.
 
 Detected by `[BEGIN FINAL RESPONSE]`, in both Apriel templates and in no other (MiniMax-M1's
@@ -40,12 +41,9 @@ Choices where the other servers differ:
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import Match
-from engine.parse.families.registry import CallGrammar, Family, Writer, register
-from engine.parse.markers import Markers
-from engine.parse.shapes.json_list import CallList, Element, list_opener
+from engine.parse.families.registry import register
+from engine.parse.shapes.build import shape_family
+from engine.parse.shapes.record import JSON_LIST, CallFormat
 
 NAME = "apriel"
 REASONING = "Here are my reasoning steps:"
@@ -56,54 +54,17 @@ CALLS_END = "</tool_calls>"
 CALL = "<tool_call>"  # the 1.5 template's instructions name these
 CALL_END = "</tool_call>"
 TURN_END = "<|end|>"
-KEYS = ("name",)
 
-MARKERS = Markers(REASONING, FINAL, (CALLS, CALL), markup=(FINAL_END,))
+FORMAT = CallFormat(JSON_LIST, section=CALLS, section_end=CALLS_END, sep=", ", single=True,
+                    also=(CallFormat(JSON_LIST, section=CALL, section_end=CALL_END,
+                                     single=True),))
 PRESERVED_TOKENS = (FINAL, FINAL_END, CALLS, CALLS_END, CALL, CALL_END)
 
-
-def match_opener(text: str, i: int) -> Match:
-    """After `<tool_calls>`: a list (or a lone object) whose first key is "name"."""
-    return list_opener(text, i, KEYS)
-
-
-class CallElement(Element):
-    """One object of the list: `name`, `arguments` (also `parameters`)."""
-
-    names = ("name",)
-    args = ("arguments", "parameters")
-
-
-class CallParser(CallList):
-    element = CallElement
-    closers = (CALLS_END, CALL_END)
-
-
-__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallElement", "CallParser", "match_opener"]
-
-
-def _write_call(call, index: int) -> str:
-    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
-
-
-_OPEN = CALLS + "["
-_SEP = ", "
-_CLOSE = "]" + CALLS_END
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    head = '{"name": ' + json.dumps(fn["name"]) + ', "arguments": '
-    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
-
-
-FAMILY = register(Family(
-    name=NAME, models="Apriel 1.5 / 1.6 Thinker", markers=MARKERS, match_opener=match_opener,
-    call_parser=CallParser,
-    writer=Writer(_write_call, reasoning_open=REASONING + "\n",
-                  reasoning_close="\n" + FINAL + "\n", calls_open=_OPEN, calls_sep=_SEP,
-                  calls_close=_CLOSE),
+FAMILY = register(shape_family(
+    FORMAT, name=NAME, models="Apriel 1.5 / 1.6 Thinker", reasoning=(REASONING, FINAL),
+    writer={"reasoning_open": REASONING + "\n", "reasoning_close": "\n" + FINAL + "\n"},
+    markers={"markup": (FINAL_END,)},
     detect=(FINAL,), stops=(TURN_END,), never_stops=(FINAL, FINAL_END),
     preserved_tokens=PRESERVED_TOKENS, thinking=True, pack=NAME,
-    grammar=CallGrammar(_grammar_call, open=_OPEN, sep=_SEP, close=_CLOSE),
 ))
+MARKERS, CallParser, match_opener = FAMILY.markers, FAMILY.call_parser, FAMILY.match_opener

@@ -1,8 +1,9 @@
 """FireFunction v2 (Fireworks' Llama 3 tool model): no reasoning; calls as one JSON list after
 ` functools`.
 
-Owns the family's markers, the reader of one call and its writer. Run by whichever thread
-drives the parser.
+Owns the family's markers, its record (`FORMAT`, a json-list shape after ` functools`: the
+writer and forced-call grammar come from it) and its reader of the list. Run by whichever
+thread drives the parser.
 
     Checking. functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, {...}]
 
@@ -30,13 +31,13 @@ turns). ` functools[` is preserved as llama.cpp preserves it (plain text in the 
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families import hermes_json
 from engine.parse.families.common import Match
 from engine.parse.families.framed import FramedBody
-from engine.parse.families.registry import CallGrammar, Family, Writer, register
+from engine.parse.families.registry import Family, register
 from engine.parse.markers import Markers
+from engine.parse.shapes.build import grammar_of, writer_of
+from engine.parse.shapes.record import JSON_LIST, CallFormat
 
 NAME = "firefunction"
 CALLS = " functools["
@@ -105,24 +106,15 @@ class CallParser(FramedBody):
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 
-def _write_call(call, index: int) -> str:
-    # As the template writes it: '{"name": "' + name + '", "arguments": ' + args|tojson + '}'
-    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    head = '{"name": ' + json.dumps(fn["name"], ensure_ascii=False) + ', "arguments": '
-    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
+FORMAT = CallFormat(JSON_LIST, section=" functools", sep=", ")
 
 
 FAMILY = register(Family(
     name=NAME, models="FireFunction v2 (Llama 3 70B)", markers=MARKERS,
     match_opener=match_opener, call_parser=CallParser,
-    writer=Writer(_write_call, calls_open=CALLS, calls_sep=", ", calls_close="]",
-                  before_calls=""),
+    writer=writer_of(FORMAT, before_calls=""), format=FORMAT,
     detect=(CALLS,), supersedes=("llama3-json",), stops=("<|eot_id|>",),
     preserved_tokens=PRESERVED_TOKENS, thinking=False, pack=NAME, repairs_history=False,
-    grammar=CallGrammar(_grammar_call, open=CALLS, sep=", ", close="]"),
+    grammar=grammar_of(FORMAT),
     tag_forms=(r" ?functools\[",),  # the raw view draws the opener (no `<`) as a tag
 ))

@@ -5,7 +5,11 @@ Owns `FramedBody`, the base of the call readers whose calls are a few fixed mark
 name and its arguments (Harmony, DeepSeek, Kimi K2, Mistral, ...), and `JsonArgs`, the Hermes
 JSON scanner (engine/parse/families/hermes_json.py) applied to a bare arguments object; and the
 opener tests of those families, a name followed by a marker (`name_at`, `word_then`,
-`call_or_word`). Pure Python, run by whichever thread drives the parser.
+`call_or_word`); and `ParamBody`, the base of the readers whose arguments come one key/value
+parameter at a time (the tagged shape's `TaggedCall`, Kimi K3, Muse Glimmer, MiniCPM 5,
+MiniMax-M3): typing a value by the tool's schema, keeping a parameter, and streaming its
+`json.dumps` fragment, so the fragments join to exactly `json.dumps(arguments)`. Pure Python,
+run by whichever thread drives the parser.
 
 A reader keeps the text it has not decided in `_buf` (`_pos` is the body offset of `_buf[0]`)
 and runs its own small state machine in `_run(eof)`; every decision waits until the text that
@@ -21,6 +25,7 @@ import json
 
 from engine.parse.families import hermes_json
 from engine.parse.families.common import FULL, NONE, PREFIX, CallBody, Match, match_literal, skip_ws
+from engine.parse.schema import convert, param_types
 
 MAX_NAME = 256
 
@@ -266,7 +271,36 @@ class FramedBody(CallBody):
         return m if m == FULL else NONE
 
 
+class ParamBody(FramedBody):
+    """A framed reader whose arguments are key/value parameters, kept in `arguments` in the
+    order they close; a repeated key keeps its first value."""
+
+    def __init__(self, schemas: dict, stream: bool) -> None:
+        super().__init__(schemas, stream)
+        self._key = ""
+        self._val: list[str] = []  # the value's text read so far
+        self._nparams = 0
+
+    def _emit_args(self, text: str) -> None:
+        if self.stream:
+            self.out.append(("args", text, self._pos))
+
+    def _typed_value(self, key: str, raw: str):
+        """`raw` typed by the tool's schema for `key` (a Python literal read is a repair)."""
+        value, literal = convert(raw, param_types(self.schemas, self.name, key))
+        if literal:
+            self.repaired("Python literal")
+        return value
+
+    def _store(self, key: str, value) -> None:
+        """Keep a parameter and stream its fragment (the caller skips a repeated key)."""
+        self.arguments[key] = value
+        sep = "{" if not self._nparams else ", "
+        self._emit_args(f"{sep}{json.dumps(key)}: {json.dumps(value)}")
+        self._nparams += 1
+
+
 __all__ = [
-    "FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs", "call_or_word", "name_at",
-    "word_then",
+    "FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs", "ParamBody", "call_or_word",
+    "name_at", "word_then",
 ]

@@ -1,9 +1,10 @@
 """GigaChat 3.1 (Sber GigaChat3.1-10B-A1.8B and its larger siblings): no reasoning; a call is
 written inside the assistant's message after `<|function_call|>`.
 
-Owns GigaChat 3.1's record: its writer, stops and forced-call grammar. The markers and the
-reader are GigaChat 3's (engine/parse/families/gigachat3.py, which reads both versions'
-openers). Run by whichever thread drives the parser.
+Owns GigaChat 3.1's record: its call format (`FORMAT`, a json-object shape after
+`<|function_call|>`, whose writer and forced-call grammar come from it) and its stops. The
+markers and the reader are GigaChat 3's (engine/parse/families/gigachat3.py, which reads both
+versions' openers). Run by whichever thread drives the parser.
 
     Checking.<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}
 
@@ -17,8 +18,6 @@ template only and reads 3.1's through its template analyser.
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families import gigachat3
 from engine.parse.families.gigachat3 import (
     FUNCTION_CALL,
@@ -28,28 +27,23 @@ from engine.parse.families.gigachat3 import (
     CallParser,
     match_opener,
 )
-from engine.parse.families.registry import CallGrammar, Family, Writer, register
+from engine.parse.families.registry import Family, register
+from engine.parse.shapes.build import grammar_of, writer_of
+from engine.parse.shapes.record import JSON_OBJECT, CallFormat
 
 NAME = "gigachat3.1"
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 
-def _write_call(call, index: int) -> str:
-    return FUNCTION_CALL + gigachat3._body(call.name, call.arguments)
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    head = FUNCTION_CALL + '{"name": ' + json.dumps(fn["name"]) + ', "arguments": '
-    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
+FORMAT = CallFormat(JSON_OBJECT, call=FUNCTION_CALL)
 
 
 FAMILY = register(Family(
     name=NAME, models="GigaChat 3.1 (GigaChat3.1-10B-A1.8B)", markers=MARKERS,
     match_opener=match_opener, call_parser=CallParser,
-    writer=Writer(_write_call, calls_sep="", before_calls=""),
+    writer=writer_of(FORMAT, before_calls=""), format=FORMAT,
     detect=(FUNCTION_CALL,), supersedes=(gigachat3.NAME,),
     stops=(MESSAGE_SEP,), preserved_tokens=PRESERVED_TOKENS, thinking=False, pack=NAME,
-    grammar=CallGrammar(_grammar_call, several=False),
+    grammar=grammar_of(FORMAT, several=False),
 ))

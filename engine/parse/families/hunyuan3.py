@@ -1,8 +1,9 @@
 """Tencent Hunyuan 3 (Hy3): `<think:opensource>` reasoning and `<tool_calls:opensource>` sections
 of key/value calls, every tag carrying the checkpoint's `:opensource` suffix.
 
-Owns the family's markers, the reader of one call (engine/parse/families/tagged.py's
-`TaggedCall`), its writer and forced-call grammar. Run by whichever thread drives the parser.
+Owns the family's record (`FORMAT`, a tagged shape: reader, writer and forced-call grammar
+come from it, engine/parse/shapes/) and its one repair, a missing separator. Run by whichever
+thread drives the parser.
 
     <think:opensource>The user wants the weather.</think:opensource>Checking.<tool_calls:opensource>
     <tool_call:opensource>get_weather<tool_sep:opensource>
@@ -36,13 +37,12 @@ in the reasoning ends it only when it is a real call at a line start; values kee
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families.common import FULL, NONE, PREFIX, WS, Match, match_literal
 from engine.parse.families.framed import word_then
-from engine.parse.families.registry import CallGrammar, Family, Writer, register
-from engine.parse.markers import Markers
-from engine.parse.shapes.tagged import TaggedCall
+from engine.parse.families.registry import register
+from engine.parse.shapes.build import shape_family
+from engine.parse.shapes.record import TAGGED, CallFormat
+from engine.parse.shapes.tagged import NAME_CHARS
 
 NAME = "hunyuan3"
 SUFFIX = ":opensource"
@@ -60,86 +60,59 @@ VALUE_END = f"</arg_value{SUFFIX}>"
 EOS = f"<｜hy_eos{SUFFIX}｜>"
 _NO_SEP = "missing <tool_sep>"  # the repair, as `repaired_call` names it
 
-MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION, CALL))
+FORMAT = CallFormat(TAGGED, section=SECTION + "\n", section_end=SECTION_END, call=CALL,
+                    name_end=SEP + "\n", param=KEY, key_end=KEY_END + "\n", value=VALUE,
+                    value_end=VALUE_END + "\n", call_end=CALL_END + "\n")
 PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, SECTION, SECTION_END, CALL, CALL_END, SEP, KEY,
                     KEY_END, VALUE, VALUE_END)
 
 
-def match_opener(text: str, i: int) -> Match:
+def _match_opener(text: str, i: int) -> Match:
     """After the section: a call; after a call's opener: a name, then (after whitespace)
     `<tool_sep:opensource>`, or the first key or the call's end when the separator is
     missing."""
     m = match_literal(text, i, CALL)
     if m != NONE:
         return m
-    return word_then(text, i, CallParser.NAME_CHARS, (SEP, KEY, CALL_END), gap=True)
+    return word_then(text, i, NAME_CHARS, (SEP, KEY, CALL_END), gap=True)
 
 
-class CallParser(TaggedCall):
-    FUNC_OPEN = CALL
-    NAME_END = (SEP,)
-    PARAM_OPEN = KEY
-    KEY_END = KEY_END
-    VALUE_OPEN = VALUE
-    VALUE_END = VALUE_END
-    FUNC_CLOSE = CALL_END
-    SECTION_CLOSE = SECTION_END
+def _repairing(base: type) -> type:
+    """The record's reader, taking a call whose separator is missing (a repair)."""
 
-    def _name_end(self) -> bool:
-        """After the name: whitespace, then `<tool_sep:opensource>` (consumed); without it, the
-        first key or the call's end (left for the parameters' state, a repair)."""
-        b = self._buf
-        j = len(b) - len(b.lstrip(WS))
-        if j:
-            self._eat(j)
+    class CallParser(base):
+        def _name_end(self) -> bool:
+            """After the name: whitespace, then `<tool_sep:opensource>` (consumed); without
+            it, the first key or the call's end (left for the parameters' state, a repair)."""
             b = self._buf
-        if not b:
-            return False
-        m = self._lit(SEP)
-        if m == FULL:
-            return True
-        undecided = m == PREFIX
-        for lit in (KEY, CALL_END):
-            mm = match_literal(b, 0, lit)
-            if mm == FULL:
-                self.repaired(_NO_SEP)
+            j = len(b) - len(b.lstrip(WS))
+            if j:
+                self._eat(j)
+                b = self._buf
+            if not b:
+                return False
+            m = self._lit(SEP)
+            if m == FULL:
                 return True
-            undecided = undecided or mm == PREFIX
-        if not undecided:
-            self._fail("expected " + SEP)
-        return False
+            undecided = m == PREFIX
+            for lit in (KEY, CALL_END):
+                mm = match_literal(b, 0, lit)
+                if mm == FULL:
+                    self.repaired(_NO_SEP)
+                    return True
+                undecided = undecided or mm == PREFIX
+            if not undecided:
+                self._fail("expected " + SEP)
+            return False
+
+    return CallParser
 
 
-def _write_value(v) -> str:
-    """A value as the reader takes it back: a string raw, anything else JSON. The reader strips
-    one leading and one trailing newline, so a string that begins or ends with one gets one
-    more there."""
-    if not isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
-
-
-def _write_call(call, index: int) -> str:
-    pairs = "".join(f"{KEY}{k}{KEY_END}\n{VALUE}{_write_value(v)}{VALUE_END}\n"
-                    for k, v in call.arguments.items())
-    return f"{CALL}{call.name}{SEP}\n{pairs}{CALL_END}\n"
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer), as the template writes
-    it."""
-    params = w.tagged(i, fn, KEY, lambda raw: KEY_END + "\n" + VALUE, VALUE_END + "\n",
-                      VALUE_END)
-    return f"{w.seq(CALL + fn['name'] + SEP + chr(10))} {params} {w.seq(CALL_END + chr(10))}"
-
-
-FAMILY = register(Family(
-    name=NAME, models="Tencent Hunyuan 3 (Hy3)", markers=MARKERS, match_opener=match_opener,
-    call_parser=CallParser,
-    writer=Writer(_write_call, reasoning_open=THINK_OPEN, reasoning_close=THINK_CLOSE,
-                  calls_open=SECTION + "\n", calls_sep="", calls_close=SECTION_END,
-                  before_calls=""),
+FAMILY = register(shape_family(
+    FORMAT, name=NAME, models="Tencent Hunyuan 3 (Hy3)", reasoning=(THINK_OPEN, THINK_CLOSE),
+    writer={"reasoning_open": THINK_OPEN, "reasoning_close": THINK_CLOSE, "before_calls": ""},
+    reader=_repairing, match_opener=_match_opener,
     detect=(SEP, "':opensource'"), stops=(EOS,), preserved_tokens=PRESERVED_TOKENS,
     thinking=False, pack=NAME,
-    grammar=CallGrammar(_grammar_call, open=SECTION + "\n", sep="", close=SECTION_END),
 ))
+MARKERS, CallParser, match_opener = FAMILY.markers, FAMILY.call_parser, FAMILY.match_opener

@@ -38,10 +38,10 @@ from __future__ import annotations
 import json
 
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.parse.families.framed import FramedBody, word_then
+from engine.parse.families.framed import ParamBody, word_then
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
-from engine.parse.schema import STRING, convert, fits, param_types
+from engine.parse.schema import STRING, convert, fits
 
 NAME = "kimi-k3"
 OPEN, CLOSE, SEP, END_OF_MSG = "<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"
@@ -105,18 +105,15 @@ def _attr(attrs: str, name: str) -> str | None:
     return unescape(attrs[at + len(key):end]) if end >= 0 else None
 
 
-class CallParser(FramedBody):
+class CallParser(ParamBody):
     """One `<|open|>call tool="NAME" …<|sep|>…<|close|>call<|sep|>`, read after `<|open|>call `
     (or after the section's opener, the call's own opener included)."""
 
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
         self._st = _BEGIN
-        self._key = ""
         self._types: frozenset[str] | None = None  # from the argument's `type`; None: schema
         self._raw_string = False
-        self._val: list[str] = []
-        self._nparams = 0
 
     def _run(self, eof: bool) -> None:
         while not (self.done or self.error):
@@ -219,10 +216,6 @@ class CallParser(FramedBody):
             return None
         return attrs
 
-    def _emit_args(self, text: str) -> None:
-        if self.stream:
-            self.out.append(("args", text, self._pos))
-
     def _value(self, raw: str) -> None:
         key = self._key
         if key in self.arguments:  # a repeat: the first value stays
@@ -237,13 +230,8 @@ class CallParser(FramedBody):
             if repaired:
                 self.repaired("Python literal")
         else:
-            value, repaired = convert(raw, param_types(self.schemas, self.name, key))
-            if repaired:
-                self.repaired("Python literal")
-        self.arguments[key] = value
-        sep = "{" if not self._nparams else ", "
-        self._emit_args(f"{sep}{json.dumps(key)}: {json.dumps(value)}")
-        self._nparams += 1
+            value = self._typed_value(key, raw)
+        self._store(key, value)
 
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]

@@ -47,10 +47,9 @@ from __future__ import annotations
 import json
 
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.parse.families.framed import MAX_NAME, FramedBody
+from engine.parse.families.framed import MAX_NAME, ParamBody
 from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
-from engine.parse.schema import convert, param_types
 
 NAME = "minicpm5"
 FUNC = "<function"
@@ -63,7 +62,6 @@ CDATA_END = "]]>"
 IM_END = "<|im_end|>"
 _BAD_NAME = '"<>\n'  # what a function or parameter name cannot hold
 _COLLAPSED = "no space in the tag"  # `<functionname="`: the repair, as `repaired_call` names it
-_LITERAL = "Python literal"
 
 _BEGIN, _NAME, _PARAMS, _PGAP, _KEY, _VALUE = range(6)
 
@@ -90,15 +88,13 @@ def match_opener(text: str, i: int) -> Match:
     return match_literal(text, k, '">')
 
 
-class CallParser(FramedBody):
+class CallParser(ParamBody):
     """One call's body: ` name="NAME">`, then `<param name="K">V</param>`... `</function>`."""
 
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
         self._st = _BEGIN
         self._gap = False  # whitespace came between `<function`/`<param` and `name="`
-        self._key = ""
-        self._nparams = 0
         self._cdata = False  # inside a CDATA section of the value
         self._seg: list[str] = []  # the current segment's text (raw or CDATA)
         self._segs: list[tuple[bool, str]] = []  # (is CDATA, text) of the value so far
@@ -226,17 +222,7 @@ class CallParser(FramedBody):
         key = self._key
         if key in self.arguments:  # a repeat: the first value stays
             return
-        value, literal = convert(raw, param_types(self.schemas, self.name, key))
-        if literal:
-            self.repaired(_LITERAL)
-        self.arguments[key] = value
-        sep = "{" if not self._nparams else ", "
-        self._emit_args(f"{sep}{json.dumps(key)}: {json.dumps(value)}")
-        self._nparams += 1
-
-    def _emit_args(self, text: str) -> None:
-        if self.stream:
-            self.out.append(("args", text, self._pos))
+        self._store(key, self._typed_value(key, raw))
 
 
 def _write_text(text: str) -> str:

@@ -1,6 +1,7 @@
 """MiniMax-M1: `<think>` reasoning and a `<tool_calls>` section of JSON calls, one per line.
 
-Owns the family's markers, the reader of one call and its writer. Run by whichever thread
+Owns the family's markers, its record (`FORMAT`, a json-object shape in a section: the writer
+and forced-call grammar come from it) and its reader of the section's calls. Run by whichever thread
 drives the parser.
 
     <think>
@@ -44,12 +45,12 @@ templates write too (`<tool_calls>[…]`); MiniMax-M2's `<minimax:tool_call>` st
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families import hermes_json
 from engine.parse.families.common import FULL, NONE, WS, Match, match_literal
-from engine.parse.families.registry import CallGrammar, Family, register, think_writer
+from engine.parse.families.registry import Family, register
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
+from engine.parse.shapes.build import grammar_of, writer_of
+from engine.parse.shapes.record import JSON_OBJECT, CallFormat
 
 NAME = "minimax-m1"
 SECTION = "<tool_calls>"
@@ -97,24 +98,15 @@ class CallParser(hermes_json.CallParser):
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 
-def _write_call(call, index: int) -> str:
-    # As the template writes it: '{"name": "' + name + '", "arguments": ' + args|tojson + '}'
-    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    head = '{"name": ' + json.dumps(fn["name"], ensure_ascii=False) + ', "arguments": '
-    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
+FORMAT = CallFormat(JSON_OBJECT, section=SECTION + "\n", section_end="\n" + SECTION_END,
+                    sep="\n")
 
 
 FAMILY = register(Family(
     name=NAME, models="MiniMax-M1 (40k, 80k)", markers=MARKERS, match_opener=match_opener,
     call_parser=CallParser,
-    writer=think_writer(_write_call, calls_open=SECTION + "\n", calls_sep="\n",
-                        calls_close="\n" + SECTION_END),
+    writer=writer_of(FORMAT, think=True), format=FORMAT,
     detect=("<beginning_of_sentence>",), stops=("<end_of_sentence>",),
     preserved_tokens=PRESERVED_TOKENS, thinking=True, pack=NAME,
-    grammar=CallGrammar(_grammar_call, open=SECTION + "\n", sep="\n",
-                        close="\n" + SECTION_END),
+    grammar=grammar_of(FORMAT),
 ))

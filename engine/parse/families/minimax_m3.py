@@ -47,7 +47,7 @@ import json
 import re
 
 from engine.parse.families.common import PREFIX, Match
-from engine.parse.families.framed import FramedBody, call_or_word
+from engine.parse.families.framed import ParamBody, call_or_word
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 from engine.parse.schema import (
@@ -136,7 +136,7 @@ class _Element:
         self.children: list[tuple[str, object]] | None = None  # (tag, leaf text or children)
 
 
-class CallParser(FramedBody):
+class CallParser(ParamBody):
     """One invoke: `NAME">` (after the invoke's opener), its parameter elements, its closer."""
 
     def __init__(self, schemas: dict, stream: bool) -> None:
@@ -145,7 +145,6 @@ class CallParser(FramedBody):
         self._stack: list[_Element] = []
         self._text: list[str] = []  # the open element's text read so far
         self._raw = ""  # the text before the NS tag being read
-        self._nparams = 0
 
     def _run(self, eof: bool) -> None:
         while not (self.done or self.error):
@@ -254,14 +253,7 @@ class CallParser(FramedBody):
                                      self.schemas.get(self.name))
         if repaired:
             self.repaired("Python literal")
-        self.arguments[key] = value
-        sep = "{" if not self._nparams else ", "
-        self._emit_args(f"{sep}{json.dumps(key)}: {json.dumps(value)}")
-        self._nparams += 1
-
-    def _emit_args(self, text: str) -> None:
-        if self.stream:
-            self.out.append(("args", text, self._pos))
+        self._store(key, value)
 
 
 def _leaf(raw: str, types) -> tuple[object, bool]:

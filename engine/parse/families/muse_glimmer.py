@@ -47,10 +47,9 @@ from __future__ import annotations
 import json
 
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
-from engine.parse.families.framed import FramedBody, name_at
+from engine.parse.families.framed import ParamBody, name_at
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
-from engine.parse.schema import convert, param_types
 
 NAME = "muse-glimmer"
 START = "<|start|>"
@@ -110,16 +109,13 @@ def unescape(s: str) -> str:
     return s.replace("&quot;", '"').replace("&amp;", "&")
 
 
-class CallParser(FramedBody):
+class CallParser(ParamBody):
     """One invoke, read after `to=` (the recipient, its header and the block's opener first),
     after the block's opener, or after an invoke's opener."""
 
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
         self._st = _BEGIN
-        self._key = ""
-        self._val: list[str] = []
-        self._nparams = 0
 
     def _run(self, eof: bool) -> None:
         while not (self.done or self.error):
@@ -223,21 +219,11 @@ class CallParser(FramedBody):
                 return head
         return name
 
-    def _emit_args(self, text: str) -> None:
-        if self.stream:
-            self.out.append(("args", text, self._pos))
-
     def _value(self, raw: str) -> None:
         key = self._key
         if key in self.arguments:  # a repeat: the first value stays
             return
-        value, repaired = convert(raw, param_types(self.schemas, self.name, key))
-        if repaired:
-            self.repaired("Python literal")
-        self.arguments[key] = value
-        sep = "{" if not self._nparams else ", "
-        self._emit_args(f"{sep}{json.dumps(key)}: {json.dumps(value)}")
-        self._nparams += 1
+        self._store(key, self._typed_value(key, raw))
 
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]

@@ -1,9 +1,9 @@
 """NVIDIA Nemotron Nano v2 (Nemotron-H 9B / 12B v2): `<think>` reasoning and a JSON list of calls
 between `<TOOLCALL>` and `</TOOLCALL>`.
 
-Owns the family's markers and record; its call reader is Granite's JSON list reader
-(engine/parse/families/granite.py `ListCall`) with `</TOOLCALL>` after the list. Run by whichever
-thread drives the parser.
+Owns the family's record (`FORMAT`, a json-list shape read as Granite's is, with `</TOOLCALL>`
+after the list: reader, writer and forced-call grammar come from it,
+engine/parse/shapes/json_list.py). Run by whichever thread drives the parser.
 
     <think>
     The user wants the weather.
@@ -32,39 +32,22 @@ its arguments first; the calls stream one by one (the plugin does not stream).
 
 from __future__ import annotations
 
-from engine.parse.families.granite import (
-    ListCall,
-    grammar_json_call,
-    list_opener,
-    write_json_call,
-)
-from engine.parse.families.registry import CallGrammar, Family, register, think_writer
-from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
+from engine.parse.families.registry import register
+from engine.parse.markers import THINK_CLOSE, THINK_OPEN
+from engine.parse.shapes.build import THINK, shape_family
+from engine.parse.shapes.record import JSON_LIST, CallFormat
 
 NAME = "nemotron-v2"
 TOOLCALL = "<TOOLCALL>"
 TOOLCALL_END = "</TOOLCALL>"
 
-MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (TOOLCALL,))
+FORMAT = CallFormat(JSON_LIST, section=TOOLCALL, section_end=TOOLCALL_END, sep=", ",
+                    single=True, repair_close=True)
 PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, TOOLCALL, TOOLCALL_END)
 
-match_opener = list_opener
-
-
-class CallParser(ListCall):
-    CLOSE = TOOLCALL_END
-
-
-__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
-
-
-FAMILY = register(Family(
-    name=NAME, models="NVIDIA Nemotron Nano v2 (9B, 12B), Llama-Nemotron", markers=MARKERS,
-    match_opener=match_opener, call_parser=CallParser,
-    writer=think_writer(write_json_call, calls_open=TOOLCALL + "[", calls_sep=", ",
-                        calls_close="]" + TOOLCALL_END),
-    detect=(TOOLCALL,), supersedes=("llama3-json",), stops=("<SPECIAL_12>",),
+FAMILY = register(shape_family(
+    FORMAT, name=NAME, models="NVIDIA Nemotron Nano v2 (9B, 12B), Llama-Nemotron",
+    reasoning=THINK, detect=(TOOLCALL,), supersedes=("llama3-json",), stops=("<SPECIAL_12>",),
     preserved_tokens=PRESERVED_TOKENS, thinking=True, pack="nemotron-v2",
-    grammar=CallGrammar(grammar_json_call, open=TOOLCALL + "[", sep=", ",
-                        close="]" + TOOLCALL_END),
 ))
+MARKERS, CallParser, match_opener = FAMILY.markers, FAMILY.call_parser, FAMILY.match_opener

@@ -186,9 +186,28 @@ def register(family: Family) -> Family:
     return family
 
 
+# Families made at run time from a template's record (engine/chat/probe_check.py): found by
+# name like the others, never listed (`families()`, detection, the command line's choices and
+# the manual list what is written here, not what one template happened to show).
+_DERIVED: dict[str, Family] = {}
+
+
+def register_derived(family: Family) -> Family:
+    """Adds a family derived from a template; the one already held under its name, if any
+    (a derived name is a digest of its record, so the same name is the same family)."""
+    if family.name in _REGISTRY or family.name == "auto":
+        raise ValueError(f"derived family {family.name!r} names a written family")
+    return _DERIVED.setdefault(family.name, family)
+
+
 def get(name: str) -> Family | None:
-    """The family of that name, None for `auto` or an unknown name."""
-    return _REGISTRY.get(name)
+    """The family of that name (written or derived), None for `auto` or an unknown name."""
+    return _REGISTRY.get(name) or _DERIVED.get(name)
+
+
+def known(name: str) -> bool:
+    """Whether the parser can read `name`: `auto`, a written family or a derived one."""
+    return name == "auto" or get(name) is not None
 
 
 def families() -> tuple[Family, ...]:

@@ -1,7 +1,9 @@
 """From one `CallFormat` to a family's reader, writer and forced-call grammar.
 
 Owns `Engine` (what a shape engine makes of a record) and `engine` (the dispatch on the
-record's shape), and `shape_family`, the `Family` record of a family whose calls are a record:
+record's shape), `writer_of` and `grammar_of` (the writer and grammar alone, for a family that
+keeps a reader of its own: MiniMax-M1's section, FireFunction's list, GigaChat 3.1), and
+`shape_family`, the `Family` record of a family whose calls are a record:
 its markers, opener test, reader, writer and grammar all come from the one record, so a family
 module is its record, its docstring and only what is truly its own. Built once at import; the
 records are frozen and read by any thread.
@@ -60,24 +62,43 @@ def engine(fmt: CallFormat) -> Engine:
                   mod.grammar_call(fmt), *mod.frame(fmt))
 
 
+def writer_of(fmt: CallFormat, eng: Engine | None = None, *, think: bool = False,
+              **writer: Any) -> Writer:
+    """The `Writer` of a format's calls (`think`: reasoning in `<think>` blocks; `writer`: the
+    rest of its fields), for a family that keeps a reader of its own."""
+    eng = eng or engine(fmt)
+    return Writer(eng.write_call, calls_open=eng.open, calls_sep=fmt.sep, calls_close=eng.close,
+                  **{**(_THINK_TEXT if think else {}), **writer})
+
+
+def grammar_of(fmt: CallFormat, eng: Engine | None = None, **grammar: Any) -> CallGrammar:
+    """The forced-call grammar of a format's calls (`grammar`: `several`)."""
+    eng = eng or engine(fmt)
+    return CallGrammar(eng.grammar_call, open=eng.open, sep=fmt.sep, close=eng.close, **grammar)
+
+
 def shape_family(fmt: CallFormat, *, name: str, models: str,
                  reasoning: tuple[str, str] | None = None, writer: dict | None = None,
-                 markers: dict | None = None, **family: Any) -> Family:
+                 markers: dict | None = None, reader: Callable[[type], type] | None = None,
+                 match_opener: Callable[[str, int], Any] | None = None,
+                 **family: Any) -> Family:
     """The `Family` of a format: `reasoning` (opener, closer) its reasoning tags (None: none);
     `writer` the `Writer`'s reasoning text (`<think>`'s by default with THINK) and
-    `before_calls`; `markers` more `Markers` fields; `family` the rest of the record (detection,
-    stops, pack, ...)."""
+    `before_calls`; `markers` more `Markers` fields; `reader` the family's own repairs, given
+    the engine's reader class (returns a subclass); `match_opener` its own opener test (where a
+    repair lets more text start a call); `family` the rest of the record (detection, stops,
+    pack, ...)."""
     eng = engine(fmt)
     writer = {**(_THINK_TEXT if reasoning == THINK else {}), **(writer or {})}
     bare = ("[", "{") if fmt.line_start else ()
     body = tuple(o for o in eng.openers if o in bare)
     mk = Markers(*(reasoning or (None, None)), eng.openers, body_openers=body, line_calls=body,
                  **(markers or {}))
-    w = Writer(eng.write_call, calls_open=eng.open, calls_sep=fmt.sep, calls_close=eng.close,
-               **writer)
-    grammar = CallGrammar(eng.grammar_call, open=eng.open, sep=fmt.sep, close=eng.close)
-    return Family(name=name, models=models, markers=mk, match_opener=eng.match_opener,
-                  call_parser=eng.reader, writer=w, grammar=grammar, format=fmt, **family)
+    w, grammar = writer_of(fmt, eng, **writer), grammar_of(fmt, eng)
+    return Family(name=name, models=models, markers=mk,
+                  match_opener=match_opener or eng.match_opener,
+                  call_parser=reader(eng.reader) if reader else eng.reader, writer=w,
+                  grammar=grammar, format=fmt, **family)
 
 
-__all__ = ["THINK", "Engine", "engine", "shape_family"]
+__all__ = ["THINK", "Engine", "engine", "grammar_of", "shape_family", "writer_of"]

@@ -7,7 +7,8 @@ object whose keys its family names (the name's: `name`, Cohere's `tool_name`; th
 arguments': `arguments`, Cohere's `parameters`; the model's own id: Cohere's `tool_call_id`,
 Apriel's `id`), `CallList`, the reader of a list of them (`[`, objects and commas, `]`, then
 the family's closer), `list_opener` and `object_opener`, the opener tests of such a list, and
-`list_reader`, `opener_test`, `write_call`, `grammar_call`, `frame` (a record's). Pure Python,
+`list_reader`, `opener_test`, `write_call`, `grammar_call`, `frame` (a record's): Granite,
+Nemotron v2 and Apriel are records of it. Pure Python,
 run by whichever thread drives the parser (the grammar on the service's thread).
 
 The call object's keys are read in either order (`{"arguments": …, "name": …}` too, as Mistral
@@ -33,13 +34,14 @@ from __future__ import annotations
 import json
 
 from engine.parse.families import hermes_json
-from engine.parse.families.common import NONE, PREFIX, Match, match_literal, skip_ws
+from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
 from engine.parse.families.framed import FramedBody
 from engine.parse.shapes.record import CallFormat
 
 _ID = "\x00id"  # the scanner's key for the model's own id (no JSON key can be it: NUL)
 
 _BEGIN, _ELEM, _AFTER, _END = range(4)
+NO_CLOSE = "no ]"  # the repair of a list whose `]` never came (repaired_call's text)
 
 
 def object_opener(text: str, i: int, keys: tuple[str, ...]) -> Match:
@@ -141,11 +143,14 @@ class CallList(FramedBody):
     single: an object alone, without `[ ]`, is a list of one.
     closers: what ends the list after `]` (or after the lone object), after whitespace:
         consumed with the last call; anything else ends the call before that whitespace.
+    repair_close: a closer or text right after an object of the list (no `]`) ends the list,
+        a repair (`no ]`); the closer is consumed.
     """
 
     element: type[Element] = Element
     single: bool = True
     closers: tuple[str, ...] = ()
+    repair_close: bool = False
 
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
@@ -214,6 +219,9 @@ class CallList(FramedBody):
                     self._eat(1)
                     self._close_at = -1
                     self._st = _END
+                elif b and self.repair_close:
+                    self._unclosed(eof)
+                    return
                 else:  # the list just stops: the call is whole, what follows is text
                     self.done, self.end = True, self._close_at
                     self._close_at = -1
@@ -224,6 +232,25 @@ class CallList(FramedBody):
                     self.done, self.end = True, self._pos
                 return
 
+    def _unclosed(self, eof: bool) -> None:
+        """After an object, neither `,` nor `]`: the list's closer (consumed) or text ends the
+        list without its `]`, a repair; undecided while the text ends inside a closer."""
+        best, hit = NONE, ""
+        for c in self.closers:
+            m = match_literal(self._buf, 0, c)
+            if m == FULL:
+                best, hit = FULL, c
+                break
+            best = max(best, m)
+        if best == PREFIX and not eof:
+            return
+        self.repaired(NO_CLOSE)
+        if hit:
+            self._eat(len(hit))
+            self.done, self.end = True, self._pos
+        else:  # text after the last object: the call ends before the whitespace
+            self.done, self.end = True, self._close_at
+        self._close_at = -1
 
 
 
@@ -239,8 +266,9 @@ def list_reader(fmt: CallFormat) -> type[CallList]:
     element = type("Element", (Element,), {
         "names": (fmt.name_key,), "args": (fmt.args_key, *fmt.args_alt)})
     closers = tuple(dict.fromkeys(s for f in fmt.spellings if (s := f.section_end.strip())))
-    return type("CallParser", (CallList,), {"element": element, "single": False,
-                                             "closers": closers})
+    return type("CallParser", (CallList,), {"element": element, "single": fmt.single,
+                                             "closers": closers,
+                                             "repair_close": fmt.repair_close})
 
 
 def openers(fmt: CallFormat) -> tuple[str, ...]:
@@ -253,7 +281,7 @@ def opener_test(fmt: CallFormat):
     own), a call object whose first key is one of the format's."""
     keys = _keys(fmt)
     if fmt.section:
-        return lambda text, i: list_opener(text, i, keys, single=False)
+        return lambda text, i: list_opener(text, i, keys, single=fmt.single)
     return lambda text, i: object_opener(text, i, keys)
 
 

@@ -53,6 +53,9 @@ class CallFormat:
     name_key / args_key: a JSON call's keys; either order is read, `args_alt` too.
     args_alt: other keys a reader takes for the arguments (`parameters`).
     line_start: the call opener counts only at the start of a line (a bare `[` or `{`).
+    single: a json-list's lone call object, without the brackets, is a list of one.
+    repair_close: a json-list whose `]` never comes (its closer or text right after the last
+        object) is still read, a `repaired_call` (`no ]`).
     also: other spellings of the same format the reader accepts, never written (DeepSeek V4's
         `tool_calls` section, V4.1's spaced tags).
     """
@@ -75,6 +78,8 @@ class CallFormat:
     args_key: str = "arguments"
     args_alt: tuple[str, ...] = ("parameters",)
     line_start: bool = False
+    single: bool = False
+    repair_close: bool = False
     also: tuple[CallFormat, ...] = ()
 
     def __post_init__(self) -> None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.parse.families.framed import FramedBody, word_then
-from engine.parse.schema import convert, param_types
+from engine.parse.families.framed import ParamBody, word_then
+from engine.parse.schema import convert
 from engine.parse.shapes.record import CallFormat
 
 _BEGIN, _NAME, _FUNC_TAG, _PARAMS, _KEY, _ATTRS, _VALUE, _AFTER, _JSON, _JSON_END = range(10)
@@ -37,7 +37,7 @@ def _alts(x) -> tuple[str, ...]:
     return tuple(a for a in ((x,) if isinstance(x, str) else x) if a)
 
 
-class TaggedCall(FramedBody):
+class TaggedCall(ParamBody):
     """Each tag attribute is one string or a tuple of spellings (any of them is read)."""
 
     FUNC_OPEN: str | tuple[str, ...] = ""  # before the name, after the section's opener
@@ -61,14 +61,13 @@ class TaggedCall(FramedBody):
         self._func_open = _alts(cls.FUNC_OPEN)
         self._param_open = _alts(cls.PARAM_OPEN)
         self._value_end = _alts(cls.VALUE_END)
+        # What of a value's text may still begin a closer (a fixed bound: linear cost).
+        self._value_hold = max(map(len, self._value_end), default=1) - 1
         self._func_close = _alts(cls.FUNC_CLOSE)
         self._section_close = _alts(cls.SECTION_CLOSE)
         self._st = _BEGIN
-        self._key = ""
         self._raw_string: bool | None = None  # the format said string / not (DSML), or None
-        self._nparams = 0
         self._self_closed = False  # the name's tag closed the call (`"/>`)
-        self._val: list[str] = []  # the value's text read so far (without a possible closer)
 
     # -- the format's hooks --------------------------------------------------------------------
 
@@ -88,13 +87,14 @@ class TaggedCall(FramedBody):
     def _any(self, lits: tuple[str, ...]) -> tuple[Match, int]:
         """Consume the first of `lits` at the buffer's start (FULL, its index); PREFIX while
         the buffer ends inside one of them; NONE."""
-        best = NONE
+        best, b = NONE, self._buf
         for k, lit in enumerate(lits):
-            m = match_literal(self._buf, 0, lit)
+            m = match_literal(b, 0, lit)
             if m == FULL:
                 self._eat(len(lit))
                 return FULL, k
-            best = max(best, m)
+            if m > best:
+                best = m
         return best, -1
 
     def _run(self, eof: bool) -> None:
@@ -201,22 +201,21 @@ class TaggedCall(FramedBody):
         if len(closers) == 1:
             return self._upto(closers[0], self._val)
         b = self._buf
-        hits = [(k, c) for c in closers if (k := b.find(c)) >= 0]
-        if not hits:
-            safe = len(b) - max(map(len, closers)) + 1
+        k, c = -1, ""
+        for lit in closers:
+            at = b.find(lit)
+            if at >= 0 and (k < 0 or at < k or (at == k and lit < c)):  # as min() of (k, c)
+                k, c = at, lit
+        if k < 0:
+            safe = len(b) - self._value_hold
             if safe > 0:
                 self._val.append(b[:safe])
                 self._eat(safe)
             return None
-        k, c = min(hits)
         text = "".join(self._val) + b[:k]
         self._val.clear()
         self._eat(k + len(c))
         return text
-
-    def _emit_args(self, text: str) -> None:
-        if self.stream:
-            self.out.append(("args", text, self._pos))
 
     def _value(self, raw: str) -> None:
         if raw.startswith("\n"):
@@ -231,13 +230,8 @@ class TaggedCall(FramedBody):
         elif self._raw_string is False:
             value, _ = convert(raw, None)
         else:
-            value, repaired = convert(raw, param_types(self.schemas, self.name, key))
-            if repaired:
-                self.repaired("Python literal")
-        self.arguments[key] = value
-        sep = "{" if not self._nparams else ", "
-        self._emit_args(f"{sep}{json.dumps(key)}: {json.dumps(value)}")
-        self._nparams += 1
+            value = self._typed_value(key, raw)
+        self._store(key, value)
 
 
 # --- from a record ------------------------------------------------------------------------------

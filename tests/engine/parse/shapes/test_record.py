@@ -69,10 +69,51 @@ def test_the_shapes_are_the_migrated_families_records():
     shapes = {f.format.shape for f in REGISTRY.values() if f.format is not None}
     assert shapes == set(SHAPES)
     for name in ("glm", "minimax-xml", "dsml", "lfm2", "pythonic", "pythonic-tagged",
-                 "json-list"):
+                 "json-list", "granite", "nemotron-v2", "apriel"):
         fam = REGISTRY[name]
         assert fam.format is not None
         assert fam.call_parser.__bases__ == engine(fam.format).reader.__bases__, name
+    # Hunyuan 3's reader is its record's, plus its one repair (a missing separator).
+    hy = REGISTRY["hunyuan3"]
+    assert issubclass(hy.call_parser, engine(hy.format).reader.__bases__[0])
+
+
+@pytest.mark.parametrize("name", ["hunyuan3", "granite", "nemotron-v2", "apriel", "minimax-m1",
+                                  "gigachat3.1", "firefunction", "hermes-json", "llama3-json"])
+def test_a_family_writes_and_forces_calls_from_its_record(name):
+    """Families that keep a reader of their own still write and force calls from their record:
+    the family's writer writes exactly what the record's engine writes, and so does its
+    grammar."""
+    from engine.grammar.writer import Writer
+
+    fam = REGISTRY[name]
+    eng = engine(fam.format)
+    call = ToolCall("c0", "get_weather", {"city": "Paris", "days": 3}, 0)
+    assert fam.writer.write_call(call) == eng.open + eng.write_call(call, 0) + eng.close
+    fn = {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}
+    assert fam.grammar.call(Writer({}), 0, fn) == eng.grammar_call(Writer({}), 0, fn)
+    assert (fam.grammar.open, fam.grammar.close) == (eng.open, eng.close)
+
+
+def test_a_json_list_record_may_take_a_lone_object_and_repair_a_missing_bracket():
+    """`single`: an object without the list's brackets is a list of one; `repair_close`: a
+    list whose `]` never comes ends at its closer, a repair. Without them, neither is read."""
+    strict = CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", ")
+    lenient = CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", ",
+                         single=True, repair_close=True)
+    lone = '{"name": "f", "arguments": {"a": 1}}</calls> tail'
+    unclosed = '[{"name": "f", "arguments": {"a": 1}}</calls> tail'
+    for body in (lone, unclosed):
+        assert engine(strict).match_opener(body, 0) == (0 if body is lone else 2)
+        assert engine(lenient).match_opener(body, 0) == 2  # FULL
+        p = read_all_ways(SimpleNamespace(CallParser=engine(lenient).reader), body)
+        assert (p.name, p.arguments) == ("f", {"a": 1})
+        assert p.end == body.index(" tail")
+        assert p.repairs == ([] if body is lone else ["no ]"])
+    p = read_all_ways(SimpleNamespace(CallParser=engine(strict).reader), unclosed)
+    assert (p.name, p.repairs) == ("f", [])
+    assert p.end == unclosed.index("</calls>")  # the list just stops: its closer is text
 
 
 def test_a_record_is_frozen_data():
