@@ -3,6 +3,7 @@
     prism [gui] ...        the inspector window (app/gui.py)
     prism serve ...        the local server only (app/serve.py)
     prism parse ...        run the output parser over a file (app/parse.py)
+    prism probe FILE       the call syntax a chat template (.jinja or GGUF) shows (app/probe.py)
     prism doctor           versions, GPU support, model, paths and port, for bug reports
     prism stats ...        the ledger of recordings and why each request stopped (app/stats.py)
     prism rerun REC... ... re-run recorded requests on another engine (app/rerun.py)
@@ -22,6 +23,7 @@ VERBS = {
     "gui": ("app.gui", "open the inspector window (the default)"),
     "serve": ("app.serve", "serve OpenAI / Anthropic / Responses APIs on localhost"),
     "parse": ("app.parse", "parse a model's raw output into reasoning, content and tool calls"),
+    "probe": ("app.probe", "derive and self-test the tool-call format a chat template shows"),
     "doctor": ("app.doctor", "print what a bug report needs: versions, GPU support, model, paths"),
     "rerun": ("app.rerun", "send recorded requests again to another model, pack or upstream"),
     "stats": ("app.stats", "the ledger of recordings: finishes, anomalies, verdicts, medians"),

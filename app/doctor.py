@@ -120,16 +120,31 @@ def _model() -> list[tuple[str, str]]:
     from engine.backends.llama.kv_plan import memory_bytes, plan_context, plan_kv
     from engine.chat.packs import DEFAULT_PACK, load_pack
 
-    gguf = load_pack(DEFAULT_PACK).gguf
+    pack = load_pack(DEFAULT_PACK)
+    gguf = pack.gguf
     if gguf is None:
         return [("default model", "none")]
     plan = plan_context(gguf)
     kv = plan_kv(plan.n_ctx, DEFAULT_PARALLEL, plan.kv_per_token, plan.budget)
     layout = "one shared KV pool" if kv.unified else "a KV cache per sequence"
     return [("default model", f"{gguf} ({gguf.stat().st_size / 2**20:.0f} MiB)"),
+            ("format", _format(pack)),
             ("memory", f"{memory_bytes() / 2**30:.1f} GiB"),
             ("default context", plan.describe()),
             (f"--parallel {DEFAULT_PARALLEL}", f"{layout}: {kv.reason}")]
+
+
+def _format(pack) -> str:
+    """The default pack's tool-call format, and what its template renders (the probe,
+    engine/chat/probe.py: `prism probe` says more)."""
+    from engine.chat.detect import detect, format_label
+
+    found = detect(pack.template, pack.tool_template)
+    v = found.verdict
+    probed = (f"template renders {v.probe.format.describe()}" if v and v.probe.format
+              else f"template probe: {v.why_unknown()}" if v and v.why_unknown() else "")
+    label = format_label(pack.dialect, pack.format_unknown)
+    return f"{label} ({pack.dialect_origin}{'; ' + probed if probed else ''})"
 
 
 def _data_dir() -> list[tuple[str, str]]:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from app import telemetry
 from app.config import add_engine_arguments, port_number
 from app.gui_quit import StopRequest, quit_by
-from engine.chat.detect import UNKNOWN
+from engine.chat.detect import UNKNOWN, format_label
 
 if TYPE_CHECKING:  # the verbs share one parser: importing the engine here would slow `parse`
     from engine.service import Service
@@ -94,7 +94,9 @@ def rerun_packs() -> list[str]:
 def window_title(engine_name: str, pack) -> str:
     """The window's title: the engine, the pack and the family its output is read as, or that
     the template's call format is unknown (the output is then shown as content)."""
-    how = UNKNOWN if pack.format_unknown else f"dialect {pack.dialect}"
+    label = format_label(pack.dialect)
+    how = UNKNOWN if pack.format_unknown else (
+        f"format {label}" if label != pack.dialect else f"dialect {pack.dialect}")
     return f"Prism — {engine_name} ({pack.name}, {how})"
 
 class Inspector:

@@ -133,7 +133,7 @@ def load_damaged(path: Path | str, metrics: Metrics | None = None,
         # Read as recorded; files that do not name the family (or name one this version does
         # not know) fall back to the pack's.
         reading = req.reading
-        if req.dialect not in dialects.NAMES:
+        if not dialects.known(req.dialect):
             reading = replace(reading, family=pack_dialect)
         track = Track(
             id=req.id,

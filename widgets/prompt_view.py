@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
+from engine.chat.detect import format_label
 from engine.chat.request import ChatRequest
 from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT
 from engine.record import context, forensics
@@ -148,7 +149,7 @@ class PromptView(QWidget):
         unused = self.breakdown.unused_tools() if self.breakdown is not None else ()
         never = f" · tools never called: {', '.join(unused)}" if unused else ""
         self.label.setText(f"Prompt · {tokens} · {len(prompt)} chars · {start}"
-                           f" · dialect {track.dialect}{found}{cache}{never}")
+                           f" · dialect {format_label(track.dialect)}{found}{cache}{never}")
 
     def _count(self, track: Track | None) -> None:
         """The breakdown of the track's prompt, counted once per prompt."""

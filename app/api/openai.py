@@ -43,7 +43,7 @@ from app.api.convert import (
 from app.api.errors import APIError, openai_error_body
 from app.api.sse import data_line, dumps, sse_response
 from app.api.state import AppState, get_state
-from engine.chat.detect import UNKNOWN
+from engine.chat.detect import format_label
 from engine.chat.request import ChatRequest, Message
 from engine.parse.events import CONTENT, REASONING, TOOL_ARGS, TOOL_CALL, TOOL_START
 from engine.service import Run
@@ -371,5 +371,5 @@ def model_card(request: Request) -> dict:
         "context_length": svc.engine.n_ctx,
         "meta": {"engine": svc.engine.name, "pack": svc.pack.name,
                  "dialect": svc.pack.dialect, "thinking": svc.pack.thinking,
-                 "format": UNKNOWN if svc.pack.format_unknown else svc.pack.dialect},
+                 "format": format_label(svc.pack.dialect, svc.pack.format_unknown)},
     }

@@ -14,12 +14,21 @@ another is tried before it (DSML before DeepSeek: V3.2 templates may mention bot
 families), and the `<tool_call>` families (Qwen XML's `<parameter=`, Hermes's `<tool_call>`)
 only when no other family matched. A template that matches none keeps `auto` (Qwen XML or
 Hermes JSON, whichever opener the model writes).
+
+The markers are then checked against the call syntax the template shows (engine/chat/probe.py
+renders probe conversations and derives a `CallFormat` record; engine/chat/probe_check.py
+self-tests it): where the rendered calls are another family's, or a derived format's, that
+decides, not the header tokens (a Llama 3 header over a Python-call list is `pythonic`); a
+template whose rendered calls no family and no derived record reads back is "format unknown",
+with why.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 from engine.chat.request import Message
 from engine.parse import families
@@ -41,12 +50,30 @@ class Detection:
     reasoning: tuple[str, str] | None
     family: Family | None
     unknown: bool = False  # the template offers tools but writes calls in no format we read
+    # The probe's decision (engine/chat/probe_check.py `Verdict`); None where it did not run.
+    verdict: Any = None
+
+    def describe(self) -> str:
+        """Why this family: the probe's derived format, its disagreement with the markers,
+        or the marker (for the start line)."""
+        v = self.verdict
+        if self.dialect.startswith(PREFIX) and self.family is not None:
+            return f"format: derived from the template ({self.family.format.describe()})"
+        if v is not None and v.note:
+            return f"format: {v.note}"
+        if self.unknown and v is not None and v.why_unknown():
+            return f"{UNKNOWN}: {v.why_unknown()}"
+        return f"detected from {self.marker!r} in the chat template" if self.marker else ""
 
 
 UNKNOWN = "format unknown: output shown as content"
-def detect(template: str) -> Detection:
-    """The family a chat template was written for, from the markers it contains (see the
-    module docstring for the order); `auto` when none is there."""
+PREFIX = "derived:"  # the name of a family derived from a template (engine/chat/probe_check.py)
+log = logging.getLogger("prism")
+
+
+def by_markers(template: str) -> Detection:
+    """The family whose markers the template contains (see the module docstring for the
+    order); `auto` when none is there."""
     for fam in families.detect_order():
         for marker in fam.detect:
             if marker in template:
@@ -54,6 +81,36 @@ def detect(template: str) -> Detection:
     # A template that renders `tools` but names no family's markers writes its calls in a
     # format Prism has no reader for: say so rather than guess a neighbour (issue 19).
     return Detection("auto", "", THINK, None, unknown="tools" in template)
+
+
+def detect(template: str, tool_source: str = "") -> Detection:
+    """The family a chat template's model writes: its markers' (`by_markers`), checked against
+    the calls the template renders (`tool_source`: a GGUF's tool_use template)."""
+    from engine.chat.probe_check import verdict  # it renders templates, which import us
+
+    found = by_markers(template)
+    claimed = found.dialect if found.family is not None else ""
+    try:
+        v = verdict(template, claimed, tool_source)
+    except Exception as exc:  # a probe that fails decides nothing; the markers stand
+        log.warning("[prism] the template probe failed: %s: %s", type(exc).__name__, exc)
+        return found
+    if v.family is not None and v.family.name != found.dialect:
+        return Detection(v.family.name, "", v.family.reasoning, v.family, verdict=v)
+    if found.family is None and v.failure:
+        return Detection("auto", "", THINK, None, unknown=True, verdict=v)
+    return dataclasses.replace(found, verdict=v)
+
+
+def format_label(dialect: str, unknown: bool = False) -> str:
+    """How a format is named to people (title, /v1/models, doctor): the family's name,
+    "derived from the template (…)" for a derived one, or "format unknown"."""
+    if unknown:
+        return UNKNOWN
+    fam = families.get(dialect)
+    if dialect.startswith(PREFIX) and fam is not None and fam.format is not None:
+        return f"derived from the template ({fam.format.describe()})"
+    return dialect
 
 
 def reasoning_markers(dialect: str) -> tuple[str, str] | None:

@@ -133,25 +133,25 @@ def guess_dialect(template: str) -> str:
     """The dialect a template's markers name (engine/chat/detect.py), or `auto` when the parser
     has no reader for that family yet."""
     found = families.detect(template).dialect
-    return found if found in dialects.NAMES else "auto"
+    return found if dialects.known(found) else "auto"
 
 
-def _detected(template: str, origin: str) -> dict[str, Any]:
-    """Dialect and thinking default guessed from a template, logged with the marker that
-    decided them (kept as `dialect_origin`; the window's title shows the dialect)."""
-    found = families.detect(template)
-    dialect = guess_dialect(template)
-    if found.marker:
-        why = f"detected from {found.marker!r} in the chat template"
-        if dialect != found.dialect:
-            why = f"{found.dialect} {why}; no parser for it here, so auto"
-    elif found.unknown:
+def _detected(template: str, origin: str, tool_source: str = "") -> dict[str, Any]:
+    """Dialect and thinking default from a template: the family its markers name, checked
+    against the calls it renders (engine/chat/detect.py, engine/chat/probe.py); logged with
+    what decided them (kept as `dialect_origin`; the window's title shows the format)."""
+    found = families.detect(template, tool_source)
+    dialect = found.dialect if dialects.known(found.dialect) else "auto"
+    why = found.describe()
+    if found.marker and dialect != found.dialect:
+        why = f"{found.dialect} {why}; no parser for it here, so auto"
+    elif found.unknown and not why:
         why = (f"{UNKNOWN}: the chat template offers tools, but no family's markers are in "
                "it, so calls in its format are not read")
-    else:
+    elif not why:
         why = "no family marker in the chat template"
-    (log.warning if found.unknown else log.info)("[prism] dialect %s (%s, %s)", dialect, why,
-                                                 origin)
+    (log.warning if found.unknown or "markers name" in why else log.info)(
+        "[prism] dialect %s (%s, %s)", dialect, why, origin)
     fam = found.family
     thinking = fam.thinking if fam is not None and fam.thinking is not None \
         else THINK_OPEN in template

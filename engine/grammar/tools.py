@@ -60,16 +60,26 @@ from collections.abc import Iterable, Mapping
 
 from engine.grammar.bounds import GRAMMAR_BYTES, GrammarTooLarge, count_relaxed
 from engine.grammar.writer import PREFIX, Writer, excluding
-from engine.parse.families import REGISTRY, CallGrammar
+from engine.parse.families import REGISTRY, CallGrammar, get
 
 __all__ = ["FORCED", "FORMATS", "PREFIX", "CallGrammar", "CallGuard", "Writer", "excluding",
-           "forced_call", "request_grammar", "request_guard", "request_thinking", "special_ids"]
+           "forced_call", "grammar_of", "request_grammar", "request_guard", "request_thinking",
+           "special_ids"]
 
 # Each family's forced-call grammar, from its record (engine/parse/families/registry.py);
 # `auto` writes Hermes' calls, which it reads as well as Qwen's.
 FORMATS: dict[str, CallGrammar] = {
     name: fam.grammar for name, fam in REGISTRY.items() if fam.grammar is not None}
 FORMATS["auto"] = FORMATS["hermes-json"]
+
+
+def grammar_of(dialect: str) -> CallGrammar | None:
+    """The forced-call grammar of `dialect`: a written family's, or one derived from a
+    template at run time (registered after this table was built), None without one."""
+    if dialect in FORMATS:
+        return FORMATS[dialect]
+    fam = get(dialect)
+    return fam.grammar if fam is not None else None
 
 log = logging.getLogger("prism")
 
@@ -78,7 +88,7 @@ log = logging.getLogger("prism")
 def _reasoning(dialect: str) -> tuple[str, str] | None:
     """(closer, what follows it before a call) of the family's reasoning, None without one:
     what its writer writes after the closer (Harmony's next message, `<think>`'s blank line)."""
-    fam = REGISTRY.get("hermes-json" if dialect == "auto" else dialect)
+    fam = get("hermes-json" if dialect == "auto" else dialect)
     closer = fam.markers.think_close if fam is not None else None
     if not closer:
         return None
@@ -94,7 +104,9 @@ def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
     ValueError when no tool matches, GrammarTooLarge (a ValueError naming the tool, or
     `tools`) when the grammar would exceed bounds.GRAMMAR_BYTES. Bounds a schema's grammar
     cannot keep (bounds.py) are relaxed and logged."""
-    fmt = FORMATS[dialect]
+    fmt = grammar_of(dialect)
+    if fmt is None:
+        raise KeyError(dialect)
     w = Writer(tokens or {})
     calls = []
     for i, tool in enumerate(tools):
@@ -166,7 +178,7 @@ def request_grammar(request, dialect: str, start: str, engine=None) -> str | Non
     forces one (it wins over a response format: a call is not a JSON answer), else its own.
     `engine`: whose vocabulary's special tokens the call markup references."""
     if request.tool_choice in FORCED and request.tools:
-        if dialect in FORMATS:
+        if grammar_of(dialect) is not None:
             # The family's preserved tokens (engine/chat/detect.py), which the engine renders as
             # text: a marker the vocabulary has as a token is sampled as that token.
             from engine.chat.detect import preserved_tokens
@@ -211,7 +223,7 @@ def request_guard(request, dialect: str, parser, engine=None, default: bool = Tr
     `default`: the server's --no-guard-calls)."""
     on = request.guard_calls if request.guard_calls is not None else default
     if (not on or not request.tools or request.tool_choice != "auto" or request.grammar
-            or dialect not in FORMATS):
+            or grammar_of(dialect) is None):
         return None
     from engine.chat.detect import preserved_tokens
 

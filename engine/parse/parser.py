@@ -69,7 +69,7 @@ class OutputParser(CallStates, TagStates):
     ) -> None:
         if start not in (REASONING, CONTENT):
             raise ValueError(f"start must be 'reasoning' or 'content', not {start!r}")
-        if dialect not in dialects.NAMES:
+        if not dialects.known(dialect):
             raise ValueError(f"dialect must be one of {', '.join(dialects.NAMES)}")
         self.dialect = dialect
         self.stream_tools = stream_tools
@@ -331,9 +331,15 @@ class OutputParser(CallStates, TagStates):
                     md.backtick(True)
                 i += 1
                 continue
-            # md.char(c), with its two common cases inlined: mid-line, and a line's plain
-            # first character (where it only ends the lead).
-            if md.lead < 0 and not md.tick_run:
+            # md.char(c), with its common cases inlined: mid-line (a backtick run ending there
+            # too), and a line's plain first character (where it only ends the lead).
+            if md.lead < 0:
+                if md.tick_run:  # md.apply_ticks(), inlined: a backtick run ended mid-line
+                    r, md.tick_run = md.tick_run, 0
+                    if not md.tick:
+                        md.tick = r
+                    elif md.tick == r:
+                        md.tick, md.marked = 0, False
                 md.line_start = False
             elif md.tick_run or md.frun or c in " ~":
                 if md.char(c):

@@ -144,7 +144,7 @@ def reparse(req: RecordedRequest, fallback_family: str = "auto") -> list[Event]:
     """The request's output read as its reading says (the family `fallback_family` where the
     file names one this version does not know), in one chunk."""
     reading = req.reading
-    if req.dialect not in dialects.NAMES:
+    if not dialects.known(req.dialect):
         reading = replace(reading, family=fallback_family)
     parser, chain = reading.parser(id_prefix="ledger"), Chain(reading.filters())
     evs = chain.feed(parser.feed(req.text))
@@ -209,7 +209,7 @@ def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
         return found
 
     verdict = judge() if events is not None else None
-    family = req.reading.family if req.dialect in dialects.NAMES and req.dialect else info.family
+    family = req.reading.family if dialects.known(req.dialect) and req.dialect else info.family
     keys = {"model": info.file, "quant": info.quant, "family": family or UNKNOWN,
             "template": info.template, "engine": info.engine}
     ttft, rate = _figures(req)

@@ -15,6 +15,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from engine.chat.detect import format_label
 from engine.chat.packs import Pack
 from engine.gguf import GGUFError, quant_name, read_gguf_metadata
 
@@ -58,6 +59,16 @@ def template_hash(pack: Pack) -> str:
     return hashlib.sha256(source.encode("utf-8")).hexdigest()[:12]
 
 
+def family_name(pack: Pack) -> str:
+    """The pack's family as a recording names it: a derived format with its record's
+    description (`derived:python-list (derived from the template (python list in …))`), so that
+    the ledger groups two derived formats of one shape apart."""
+    if not pack.dialect:
+        return UNKNOWN
+    label = format_label(pack.dialect)
+    return f"{pack.dialect} ({label})" if label != pack.dialect else pack.dialect
+
+
 def describe(pack: Pack, engine: str = LOCAL, model: str = "") -> ModelInfo:
     """What `pack` run on `engine` ("local", "replay" or an upstream URL) generates with.
     `model` names the file when the pack has no GGUF (an upstream's model)."""
@@ -67,5 +78,5 @@ def describe(pack: Pack, engine: str = LOCAL, model: str = "") -> ModelInfo:
         # A missing or damaged file: its quant is simply not known.
         with contextlib.suppress(GGUFError):
             quant = quant_name(read_gguf_metadata(pack.gguf).get("general.file_type"))
-    return ModelInfo(file=file, quant=quant, family=pack.dialect or UNKNOWN,
+    return ModelInfo(file=file, quant=quant, family=family_name(pack),
                      template=template_hash(pack), engine=engine)

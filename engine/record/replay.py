@@ -167,7 +167,7 @@ def load_outputs(path: Path | str) -> tuple[list[ReplayOutput], str]:
             # Read as it was read when recorded: its reading's start and family (a family
             # the file does not name, or this version does not know: the pack's).
             start_state=req.reading.start,
-            dialect=req.reading.family if req.dialect in dialects.NAMES else "",
+            dialect=req.reading.family if dialects.known(req.dialect) else "",
         ))
     return outs, session.model
 

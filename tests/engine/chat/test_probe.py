@@ -1,0 +1,188 @@
+"""The template probe (engine/chat/probe.py, engine/chat/probe_check.py): over the 71 templates of
+llama.cpp's library, the derived record reads each family's own output as the family does
+(cross-checked against the hand-written families) or says why there is none; and on templates
+of our own that no family names, detection goes by the call syntax the template renders (a
+Llama 3 header over a Python list is `pythonic`), end to end: detection, render, parse whole and
+streamed."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.chat.detect import by_markers, detect, format_label
+from engine.chat.packs import pack_from_template
+from engine.chat.probe import NO_CALLS, probe
+from engine.chat.probe_check import derived_family, reads, verdict
+from engine.chat.request import Message
+from engine.chat.template import ChatTemplate
+from engine.parse import families
+from engine.parse.events import ToolCall
+from tests.engine.chat.test_template_library import EXPECTED
+from tests.engine.parse.parser_harness import parse_all_ways
+from tests.support import LIBRARY
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "The time.",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}}]
+CALLS = [ToolCall("c1", "get_weather", {"city": "Paris", "days": 2}, 0),
+         ToolCall("c2", "get_time", {"tz": "UTC"}, 1)]
+WANT = [("get_weather", {"city": "Paris", "days": 2}), ("get_time", {"tz": "UTC"})]
+
+
+def _cross_check(name: str) -> str:
+    """'agrees', 'disagrees', 'no calls' or 'unknown' for one library template."""
+    v = verdict((LIBRARY / name).read_text("utf-8"), by_markers(
+        (LIBRARY / name).read_text("utf-8")).dialect)
+    if v.probe.no_calls:
+        return "no calls"
+    if v.probe.format is None or not v.passed:
+        return "unknown"
+    fam = families.get(EXPECTED[name])
+    own = derived_family(v.probe.format, v.probe.reasoning)
+    for calls in (CALLS[:1], CALLS):
+        raw = fam.writer.write_calls(calls)
+        want = tuple((c.name, c.arguments) for c in calls)
+        if reads(fam.name, raw, want) or reads(own.name, raw, want):
+            return "disagrees"
+    return "agrees"
+
+
+@pytest.mark.skipif(not LIBRARY.is_dir(), reason="needs ../shared/templates")
+def test_the_probe_over_the_library_agrees_with_the_families_or_says_why_not(capsys):
+    counts: dict[str, list[str]] = {"agrees": [], "disagrees": [], "no calls": [],
+                                    "unknown": []}
+    for name in sorted(EXPECTED):
+        counts[_cross_check(name)].append(name)
+    with capsys.disabled():
+        print("\nprobe over the library: " + ", ".join(f"{k} {len(v)}"
+                                                       for k, v in counts.items()))
+        for name in counts["unknown"]:
+            why = verdict((LIBRARY / name).read_text("utf-8")).why_unknown()
+            print(f"  unknown: {name}: {why}")
+    # A disagreement is the family writing a newer syntax than the template shows (Mistral
+    # Nemo's template renders the old JSON list; the family writes `NAME[ARGS]{…}`): the family
+    # reads both, so it is the family that is used, never the derived record.
+    for name in counts["disagrees"]:
+        v = verdict((LIBRARY / name).read_text("utf-8"), EXPECTED[name])
+        assert v.agrees and v.family.name == EXPECTED[name], name
+    assert len(counts["disagrees"]) <= 2, counts["disagrees"]
+    assert len(counts["agrees"]) >= 30
+    # Every template that renders no call says so, and those are the ones without tool turns
+    # or whose call turns need what the probe does not give (Mistral's nine-character ids).
+    for name in counts["no calls"]:
+        assert probe((LIBRARY / name).read_text("utf-8")).why == NO_CALLS
+    for name in counts["unknown"]:
+        assert verdict((LIBRARY / name).read_text("utf-8")).why_unknown()
+
+
+# --- templates no family names ---------------------------------------------------------------
+
+_SYSTEM = ("{%- if tools %}{{ header('system') }}Tools: {{ tools | tojson }}{{ eot }}"
+           "{%- endif %}")
+_PY_CALLS = ("[{%- for tc in m.tool_calls %}{{ tc.function.name }}("
+             "{%- for k, v in tc.function.arguments.items() %}{{ k }}={{ v | tojson }}"
+             "{%- if not loop.last %}, {% endif %}{%- endfor %})"
+             "{%- if not loop.last %}, {% endif %}{%- endfor %}]")
+_JSON_LIST = ("[{%- for tc in m.tool_calls %}{\"name\": {{ tc.function.name | tojson }}, "
+              "\"arguments\": {{ tc.function.arguments | tojson }}}"
+              "{%- if not loop.last %}, {% endif %}{%- endfor %}]")
+_JSON_ONE = ("{%- for tc in m.tool_calls %}{\"name\": {{ tc.function.name | tojson }}, "
+             "\"parameters\": {{ tc.function.arguments | tojson }}}"
+             "{%- if not loop.last %}; {% endif %}{%- endfor %}")
+
+
+def _template(head: str, tail: str, eot: str, calls: str) -> str:
+    return ("{%- macro header(role) %}" + head + "{{ role }}" + tail + "{% endmacro %}"
+            "{%- set eot = '" + eot + "' %}" + _SYSTEM +
+            "{%- for m in messages %}{{ header(m.role) }}"
+            "{%- if m.tool_calls %}" + calls + "{%- else %}{{ m.content }}{%- endif %}"
+            "{{ eot }}{%- endfor %}"
+            "{%- if add_generation_prompt %}{{ header('assistant') }}{%- endif %}")
+
+
+LLAMA3 = ("<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>")
+LLAMA4 = ("<|header_start|>", "<|header_end|>\n\n", "<|eot|>")
+CHATML = ("<|im_start|>", "\n", "<|im_end|>\n")
+HELD_OUT = {
+    # name: (template, family, the model's reply)
+    "llama3 header, python list": (
+        _template(*LLAMA3, _PY_CALLS), "pythonic",
+        '[get_weather(city="Paris", days=2), get_time(tz="UTC")]'),
+    "llama4, python_start": (
+        _template(*LLAMA4, "<|python_start|>" + _PY_CALLS + "<|python_end|>"),
+        "pythonic-tagged",
+        '<|python_start|>[get_weather(city="Paris", days=2), get_time(tz="UTC")]'
+        '<|python_end|>'),
+    "chatml, bare json list": (
+        _template(*CHATML, _JSON_LIST), "json-list",
+        '[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, '
+        '{"name": "get_time", "arguments": {"tz": "UTC"}}]'),
+    "llama4, llama 3 json": (
+        _template(*LLAMA4, _JSON_ONE), "llama3-json",
+        '{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}; '
+        '{"name": "get_time", "parameters": {"tz": "UTC"}}'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HELD_OUT))
+def test_held_out_templates_are_read_by_the_calls_they_render(case):
+    template, family, reply = HELD_OUT[case]
+    found = detect(template)
+    assert found.dialect == family and not found.unknown, found.describe()
+    assert found.verdict.family is not None and found.verdict.family.name == family
+    # Rendered with a call in the history, the call shows in the template's own syntax.
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    history = [Message("user", "Weather?"), Message("assistant", "", tool_calls=(call,)),
+               Message("tool", "21C", tool_call_id="c1", name="get_weather")]
+    prompt = ChatTemplate(template, dialect=found.dialect).render(history, tools=TOOLS)
+    assert "get_weather" in prompt and "Paris" in prompt and "21C" in prompt
+    res = parse_all_ways(reply, dialect=found.dialect, start="content", tools=TOOLS)
+    assert [(c.name, c.arguments) for c in res.tool_calls] == WANT
+    assert not res.content.strip()
+
+
+def test_a_llama3_header_over_python_calls_is_pythonic_and_the_start_line_says_why():
+    template = HELD_OUT["llama3 header, python list"][0]
+    assert by_markers(template).dialect == "llama3-json"  # what the header alone said
+    pack = pack_from_template("held-out", template, "test")
+    assert pack.dialect == "pythonic"
+    assert "markers name llama3-json" in pack.dialect_origin
+    assert "python list (bare)" in pack.dialect_origin
+
+
+def test_a_format_no_family_writes_is_derived_and_read_whole_and_streamed():
+    calls = ("<calls>" + _JSON_LIST + "</calls>")
+    template = _template(*CHATML, calls)
+    pack = pack_from_template("derived", template, "test")
+    assert pack.dialect.startswith("derived:json-list"), pack.dialect_origin
+    assert pack.dialect_origin == "format: derived from the template (json list in <calls>)"
+    assert format_label(pack.dialect) == "derived from the template (json list in <calls>)"
+    reply = ('Checking.\n<calls>[{"name": "get_weather", "arguments": {"city": "Paris", '
+             '"days": 2}}, {"name": "get_time", "arguments": {"tz": "UTC"}}]</calls>')
+    res = parse_all_ways(reply, dialect=pack.dialect, start="content", tools=TOOLS)
+    assert [(c.name, c.arguments) for c in res.tool_calls] == WANT
+    assert res.content.strip() == "Checking."
+    # The derived family writes the same syntax back (history and forced calls use it).
+    assert families.get(pack.dialect).writer.write_calls(CALLS).startswith('<calls>[{"name"')
+
+
+def test_calls_that_do_not_read_back_are_format_unknown_with_why():
+    # Name in a tag, arguments as `key: value` lines: no record reads that back exactly.
+    calls = ("{%- for tc in m.tool_calls %}<call {{ tc.function.name }}>"
+             "{%- for k, v in tc.function.arguments.items() %}{{ k }}: {{ v }};"
+             "{%- endfor %}</call>{%- endfor %}")
+    found = detect(_template(*CHATML, calls))
+    assert found.unknown and found.dialect == "auto"
+    assert found.describe().startswith("format unknown")
+    assert found.verdict.why_unknown()
+
+
+def test_a_template_without_tool_turns_says_it_renders_no_calls():
+    plain = _template(*CHATML, "{{ m.content }}").replace(_SYSTEM, "")
+    assert probe(plain).why == NO_CALLS
+    assert detect(plain).dialect == "auto" and not detect(plain).unknown
