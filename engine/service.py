@@ -1,37 +1,39 @@
 """The service: one request in, one stream of parser events out, recorded and measured.
 
-Owns `Service` and `Run`. `Service.submit()` (any thread) renders the prompt with the pack's
-chat template, checks the context, and queues a job on the engine; the parser starts as the
-rendered prompt says, unless the engine replays a recorded output (`Engine.prepare`), which is
-parsed as it was when recorded. The engine thread then calls back per token: the token goes
-through the run's own per-token pipeline (engine/pipeline.py: its parser and event filters,
-the recorder, the metrics), and the resulting events are fanned out to the run's consumers (a
-blocking iterator, an asyncio queue, the GUI's listeners). So every consumer sees the same
-events, and a non-streamed reply is built from exactly what a streamed one sent. How the output
-is read (the parser's settings and the request's policy: `Reading`, engine/parse/reading.py) is
-decided once here, per request, and recorded with it, so replay, playback and re-parse read it
-the same way. At a finish, a long prompt mostly recomputed although a longer prefix was cached
-gets a log line saying where it left the cache (engine/record/forensics.py, issue 20). See
-docs/design.md, section 5 "Engines, service, pipeline".
+Owns `Service` (`Run` is engine/run.py's, re-exported). `Service.submit()` (any thread) renders
+the prompt with the pack's chat template, checks the context, and queues a job on the engine;
+the parser starts as the rendered prompt says, unless the engine replays a recorded output
+(`Engine.prepare`), which is parsed as it was when recorded. The engine thread then calls back
+per token: the token goes through the run's own per-token pipeline (engine/pipeline.py: its
+parser and event filters, the recorder, the metrics), and the resulting events are fanned out
+to the run's consumers (a blocking iterator, an asyncio queue, the GUI's listeners). So every
+consumer sees the same events, and a non-streamed reply is built from exactly what a streamed
+one sent. All of that runs beside the engine thread, on the hand-off's (engine/handoff.py), in
+the tokens' order; the engine thread only puts each token there, and its finish follows them
+there and is waited for, so when the engine's `on_finish` returns the run is done. A run whose
+engine reads its parser between two tokens (the call guard asks whether a call opened, the
+reasoning budget how much reasoning there is) is parsed on the engine thread instead. How the
+output is read (the parser's settings and the request's policy: `Reading`,
+engine/parse/reading.py) is decided once here, per request, and recorded with it, so replay,
+playback and re-parse read it the same way. At a finish, a long prompt mostly recomputed
+although a longer prefix was cached gets a log line saying where it left the cache
+(engine/record/forensics.py, issue 20). See docs/design.md, section 5 "Engines, service,
+pipeline".
 
 Threads: `submit`/`cancel`/iteration from any thread; token and finish callbacks on the engine
-thread; listeners are called on the engine thread and must only enqueue (the GUI drains its
-queue on a timer).
+thread; the pipeline, the finish's bookkeeping and the listeners on the hand-off's thread
+("prism-pipeline"; the engine thread for a guarded or budgeted run), one token at a time;
+listeners must only enqueue (the GUI drains its queue on a timer).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import functools
 import inspect
-import itertools
 import logging
-import queue
-import secrets
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from engine.backends.base import Engine, Finish, Job, Timings, Token
 from engine.backends.llama.vocab import PromptTooLong
@@ -42,18 +44,19 @@ from engine.chat.packs import Pack
 from engine.chat.request import ChatRequest, one_call_only
 from engine.chat.template import ChatTemplate, TemplateError
 from engine.grammar import tools as tool_grammar
+from engine.handoff import HANDOFF
 from engine.metrics import Metrics
-from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT, Event, ParseResult, result_of
+from engine.parse.events import SPECIAL_TOKEN_IN_CONTENT, result_of
 from engine.parse.reading import Reading
-from engine.pipeline import TokenPipeline
 from engine.record import forensics
 from engine.record.recording import Recorder
+from engine.run import Run, RunUpdate
+
+__all__ = ["ContextOverflow", "Run", "RunUpdate", "Service", "request_reading"]
 
 log = logging.getLogger("prism")
 TOOLS_IGNORED = "tools_ignored"  # a Run note: the template did not show the request's tools
 SLOW_RENDER_MS = 100.0
-_DONE = object()
-_ids = itertools.count(1)
 
 
 def request_reading(request: ChatRequest, start: str, family: str) -> Reading:
@@ -95,141 +98,6 @@ class ContextOverflow(ValueError):
                     f"messages, {max_tokens} in the completion). Please reduce the length of "
                     "the messages or completion.")
         super().__init__(head + text)
-
-
-@dataclass(frozen=True, slots=True)
-class RunUpdate:
-    """What listeners receive: a run started (events empty), produced events, or finished."""
-
-    run: Run
-    kind: str  # "start" | "events" | "finish" | "refused" (by the template: no start, no job)
-    events: tuple[Event, ...] = ()
-    token: Token | None = None
-
-
-class Run:
-    """One request's life: its prompt, its events as they come, and its final result.
-
-    Consume with `for ev in run` (blocking, any thread) or `async for ev in run.stream()`;
-    either way, each consumer must be attached before the job starts (submit does it for
-    the built-in iterator; `stream()` replays events already produced, so late attachment
-    loses nothing).
-    """
-
-    def __init__(self, service: Service, request: ChatRequest, prompt: str, reading: Reading,
-                 prompt_tokens: int) -> None:
-        self.id = f"req-{next(_ids)}-{secrets.token_hex(3)}"
-        self.request = request
-        self.prompt = prompt
-        self.reading = reading  # how its output is read, recorded with it
-        self.start_state = reading.start
-        self.prompt_tokens = prompt_tokens
-        self.created = time.time()
-        self.parser = reading.parser()
-        self.pipeline = TokenPipeline(self.id, self.parser, metrics=service.metrics,
-                                      recorder=service.recorder, filters=reading.filters(),
-                                      tools=reading.tools)
-        self.events: list[Event] = []
-        self.tokens: list[Token] = []
-        self.finish: Finish | None = None
-        self.result: ParseResult | None = None
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._queues: list[Callable[[object], None]] = []
-        self._waking: list[Callable[[], None]] = []  # started() waiters
-        self.job: Job | None = None
-        # What was wrong with the request itself, for the inspector: "tools_ignored" when the
-        # pack's template does not show the request's tools to the model (issue 9, item 4).
-        self.notes: tuple[str, ...] = ()
-        # Special tokens that came from message content, not the template (engine/chat/special.py).
-        self.marks: special.PromptMarks = special.NONE
-
-    # consumers ------------------------------------------------------------------------------
-
-    def _attach(self, put: Callable[[object], None]) -> None:
-        with self._lock:
-            for ev in self.events:
-                put(ev)
-            if self._done.is_set():
-                put(_DONE)
-            else:
-                self._queues.append(put)
-
-    def __iter__(self) -> Iterator[Event]:
-        q: queue.SimpleQueue = queue.SimpleQueue()
-        self._attach(q.put)
-        while (item := q.get()) is not _DONE:
-            yield item
-
-    async def stream(self) -> AsyncIterator[Event]:
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue = asyncio.Queue()
-        self._attach(lambda item: loop.call_soon_threadsafe(q.put_nowait, item))
-        while (item := await q.get()) is not _DONE:
-            yield item
-
-    async def started(self) -> None:
-        """Return once the run has its first token or has finished: the streaming routes
-        hold their status line until then, so a run refused with nothing written is the
-        API's 4xx, not a 200 that ends in an error event (app/api/sse.py)."""
-        loop = asyncio.get_running_loop()
-        woken = loop.create_future()
-
-        def wake() -> None:
-            loop.call_soon_threadsafe(lambda: woken.done() or woken.set_result(None))
-
-        with self._lock:
-            if self.tokens or self._done.is_set():
-                return
-            self._waking.append(wake)
-        await woken
-
-    def _wake(self) -> None:
-        # Under the lock, after the first token is in `tokens` (or the run is done), so a
-        # waiter either sees it or is woken: started() checks under the same lock.
-        for wake in self._waking:
-            wake()
-        self._waking.clear()
-
-    def wait(self, timeout: float | None = None) -> ParseResult | None:
-        self._done.wait(timeout)
-        return self.result
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
-
-    @property
-    def finish_reason(self) -> str:
-        """"tool_calls" when a call completed, else the engine's reason."""
-        if self.result is None:
-            return "running"
-        return self.result.finish_reason
-
-    @property
-    def timings(self) -> Timings:
-        return self.finish.timings if self.finish else Timings()
-
-    # engine-thread side -----------------------------------------------------------------
-
-    def _publish(self, evs: list[Event]) -> None:
-        with self._lock:
-            self.events.extend(evs)
-            for put in self._queues:
-                for ev in evs:
-                    put(ev)
-
-    def _close(self) -> None:
-        with self._lock:
-            self._done.set()
-            self._wake()
-            for put in self._queues:
-                put(_DONE)
-            self._queues.clear()
 
 
 class Service:
@@ -351,8 +219,12 @@ class Service:
         budget = budget_of(request, self.reasoning_budget)
         if budget is not None:
             job.budget = self._budget(run, budget, dialect or self.pack.dialect)
-        job.on_token = lambda tok: self._on_token(run, tok)
-        job.on_finish = lambda fin: self._on_finish(run, fin)
+        run.inline = job.guard is not None or job.budget is not None
+        if run.inline:
+            job.on_token = functools.partial(self._on_token, run)
+        else:  # the engine thread only puts the token on the hand-off's queue
+            job.on_token = functools.partial(HANDOFF.put, functools.partial(self._handed, run))
+        job.on_finish = functools.partial(self._on_finish, run)
         run.job = job
         if self.recorder is not None:
             self.recorder.request(run.id, request, prompt, reading=run.reading, api=request.api,
@@ -407,6 +279,25 @@ class Service:
     # engine thread ------------------------------------------------------------------------
 
     def _on_token(self, run: Run, tok: Token) -> None:
+        """An inline run's token, on the engine thread: what it raises ends the job."""
+        self._deliver(run, tok)
+        run._flush()
+
+    def _handed(self, run: Run, tok: Token) -> Callable[[], None] | None:
+        """A token on the hand-off's thread; its consumers are woken at the flush returned.
+        What the pipeline or a listener raises ends the job "error", as it would inline: it
+        is cancelled, and its finish says why."""
+        if run._failed is not None:
+            return None
+        try:
+            self._deliver(run, tok)
+        except Exception as e:
+            run._failed = f"{type(e).__name__}: {e}"
+            log.warning("[prism] %s: the token pipeline failed: %s", run.id, run._failed)
+            run.cancel()
+        return run._flush
+
+    def _deliver(self, run: Run, tok: Token) -> None:
         run.tokens.append(tok)
         if len(run.tokens) == 1:
             with run._lock:
@@ -418,6 +309,18 @@ class Service:
             self._notify(RunUpdate(run, "events", tuple(evs), tok))
 
     def _on_finish(self, run: Run, fin: Finish) -> None:
+        """The job ended (on the engine thread, or the one that cancelled a waiting job). A
+        handed-off run is finished on the hand-off's thread, after its tokens, and this
+        returns once it is: the run is done, recorded and measured when the engine goes on."""
+        if run.inline or HANDOFF.on_thread():
+            self._finished(run, fin)
+        else:
+            HANDOFF.put(functools.partial(self._finished, run), fin)
+            HANDOFF.drain()
+
+    def _finished(self, run: Run, fin: Finish) -> None:
+        if run._failed is not None:
+            fin = dataclasses.replace(fin, reason="error", error=run._failed)
         evs = run.pipeline.finish()
         if evs:
             run._publish(evs)

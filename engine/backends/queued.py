@@ -55,6 +55,8 @@ class StopGate:
     def push(self, tok_id: int, data: bytes, t: float, top: tuple = (),
              guided: str | None = None, forced: bool = False) -> list[Token]:
         text = self._decoder.decode(data)
+        if not self.stops and not self._pending and not self._decoder.getstate()[0]:
+            return [Token(tok_id, text, t, top, guided, forced)]  # nothing to hold it for
         self._pending.append([tok_id, text, t, top, guided, forced])
         self._text += text
         # A stop string can only begin inside pending text: whatever could start one was held.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import pytest
 
@@ -80,6 +81,50 @@ def test_listeners_receive_start_events_finish(svc):
     svc.add_listener(lambda u: seen.append(u.kind))
     svc.submit(ask()).wait(5)
     assert seen[0] == "start" and seen[-1] == "finish" and "events" in seen
+
+
+def test_the_pipeline_and_listeners_run_beside_the_engine_thread(svc):
+    # The engine thread only hands each token on; the parser, the recorder, the metrics and
+    # the listeners run on the hand-off's thread, in order; the run is whole at its finish.
+    threads: dict[str, set[str]] = {}
+    svc.add_listener(lambda u: threads.setdefault(u.kind, set()).add(
+        threading.current_thread().name))
+    run = svc.submit(ask())
+    events = list(run)
+    assert threads["events"] == {"prism-pipeline"}
+    assert events == run.events and run.result == result_of(events, "stop")
+    assert "".join(t.text for t in run.tokens) == CALL_IN_THINKING
+    assert svc.metrics.snapshot()["requests"][0]["output_tokens"] == len(run.tokens)
+
+
+def test_a_consumer_attached_mid_run_gets_every_event_once(svc):
+    got: list = []
+    started: list[threading.Thread] = []
+
+    def attach_late(upd):
+        if upd.kind == "events" and len(upd.run.tokens) == 3 and not started:
+            t = threading.Thread(target=lambda: got.extend(upd.run))
+            started.append(t)
+            t.start()
+
+    svc.add_listener(attach_late)
+    run = svc.submit(ask())
+    run.wait(30)
+    started[0].join(30)
+    assert got == run.events and len(run.tokens) > 3
+
+
+def test_a_failing_listener_ends_its_run_with_an_error(svc):
+    def boom(upd):
+        if upd.kind == "events":
+            raise RuntimeError("listener bug")
+
+    svc.add_listener(boom)
+    run = svc.submit(ask())
+    run.wait(30)
+    assert run.finish.reason == "error"
+    assert run.finish.error == "RuntimeError: listener bug"
+    assert len(run.tokens) >= 1
 
 
 def test_context_overflow_is_refused_before_queueing(replay_service):
@@ -345,6 +390,35 @@ def test_real_short_generation_content(llama_service):
     assert run.finish.reason in ("stop", "length")
     assert res.content.strip() and res.reasoning == ""
     assert run.timings.output_tokens == len(run.tokens) > 0
+
+
+@pytest.mark.model
+def test_a_guarded_run_is_parsed_on_the_engine_thread_and_a_plain_one_beside_it(
+        llama_service):
+    # The call guard reads the parser between two tokens: that run's pipeline stays on the
+    # engine thread. A run without tools hands its tokens on.
+    threads: dict[str, set[str]] = {}
+
+    def on(upd):
+        if upd.kind == "events":
+            threads.setdefault(upd.run.id, set()).add(threading.current_thread().name)
+
+    llama_service.add_listener(on)
+    try:
+        greedy = Sampling(temperature=0.0)
+        guarded = llama_service.submit(ask("Weather in Paris?", max_tokens=8, thinking=False,
+                                           sampling=greedy))
+        guarded.wait(60)
+        plain = llama_service.submit(ChatRequest(messages=(Message("user", "Say hello."),),
+                                                 max_tokens=8, thinking=False,
+                                                 sampling=greedy))
+        plain.wait(60)
+    finally:
+        llama_service.remove_listener(on)
+    assert guarded.inline and guarded.job.guard is not None
+    assert threads[guarded.id] == {"prism-llama"}
+    assert not plain.inline and threads[plain.id] == {"prism-pipeline"}
+    assert plain.finish.reason in ("stop", "length") and plain.result.content.strip()
 
 
 @pytest.mark.model

@@ -3,10 +3,11 @@
 Owns the model's weights, the context (its KV cache), one `llama_batch` and the N `Slot`s
 (engine/backends/llama/slots.py). It runs only on the engine's worker thread ("prism-llama"),
 driven by engine/backends/llama/engine.py: `admit(job)` puts a job in a free slot, `step()` decodes
-one batch. Each step's batch holds one new token for every generating sequence plus prompt chunks
-for sequences still in prefill, so a long prompt never stalls the others for more than one chunk,
-and a cancel (checked before every step) ends one job without disturbing the others (docs/design.md,
-sections 3 and 5; README, "The engine").
+one batch and samples its rows (engine/backends/llama/sampled.py, which hands the step's tokens on
+once all are drawn). Each step's batch holds one new token for every generating sequence plus
+prompt chunks for sequences still in prefill, so a long prompt never stalls the others for more
+than one chunk, and a cancel (checked before every step) ends one job without disturbing the others
+(docs/design.md, sections 3 and 5; README, "The engine").
 
 A cancel also stops a prompt chunk mid-decode, but only where that disturbs no one: a step that
 carries no generating sequence arms llama.cpp's abort callback (engine/backends/llama/abort.py), so
@@ -35,7 +36,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.backends.base import Finish, Job, Timings
+from engine.backends.base import Finish, Job, Timings, Token
 from engine.backends.llama.abort import PrefillAbort
 from engine.backends.llama.budget import BudgetClose
 from engine.backends.llama.chunks import ChunkSizer
@@ -43,6 +44,7 @@ from engine.backends.llama.context import open_context
 from engine.backends.llama.disk_cache import DiskCache
 from engine.backends.llama.guard import CallGuard
 from engine.backends.llama.reuse import DiskReuse, prefix_match
+from engine.backends.llama.sampled import SampledTokens
 from engine.backends.llama.slots import (
     Active,
     Sampler,
@@ -50,7 +52,6 @@ from engine.backends.llama.slots import (
     common_prefix,
     now,
     pick_slot,
-    top_logprobs,
 )
 from engine.backends.llama.speculate import Drafter, SpeculativeSteps
 from engine.backends.llama.vocab import Vocab, piece
@@ -69,7 +70,7 @@ SHORT_PROMPT = 128
 SHARE_MIN = 64  # tokens of prefix worth copying another slot's split cache for (_borrow)
 
 
-class Batcher(SpeculativeSteps):
+class Batcher(SpeculativeSteps, SampledTokens):
     """See the module docstring. `finish(job, Finish)` is called once per admitted job."""
 
     def __init__(
@@ -109,6 +110,11 @@ class Batcher(SpeculativeSteps):
         self._batch = C.llama_batch_init(self.n_batch, 0, 1)
         self._eog = int(C.llama_vocab_eos(self._vocab_ptr))  # the guard's "call complete" probe
         self.slots = [Slot(seq) for seq in range(parallel)]
+        # token id -> (end of generation?, its bytes): a vocabulary's facts, asked once each
+        self._tokens: dict[int, tuple[bool, bytes]] = {}
+        # Tokens sampled this step, not handed on yet (`_hand_on`): a job's own come before
+        # its end, since `_end` hands on everything first.
+        self._outbox: list[tuple[Active, Token]] = []
         self._order: list[Active] = []  # active jobs, in admission order
         self._abort = PrefillAbort(self.ctx)  # for prefill-only steps (module docstring)
         self.disk = disk  # engine/backends/llama/disk_cache.py; None: --no-disk-cache
@@ -270,7 +276,8 @@ class Batcher(SpeculativeSteps):
         for a in generating:
             self._put(n, a.pending, len(a.slot.kv), a.slot.seq, True)
             a.row, n = n, n + 1
-            n = self._put_drafts(a, n)  # speculate.py: its draft's rows right after it
+            if a.drafter is not None:  # speculate.py: its draft's rows right after it
+                n = self._put_drafts(a, n)
         chunks: list[tuple[Active, list[int]]] = []
         # Beside generating rows the step's prompt tokens, all prefills' together, are as many
         # as keep those rows' pace (none on some steps: chunks.py).
@@ -319,7 +326,10 @@ class Batcher(SpeculativeSteps):
             a.slot.kv.extend(chunk)
         for a in generating:
             try:
-                self._verify(a, t)  # speculate.py: one row, or its draft's rows in turn
+                if a.drafter is None:  # one row: no draft to verify, none to keep count of
+                    self._sampled(a, t)
+                else:
+                    self._verify(a, t)  # speculate.py: its rows in turn
             except Exception as e:  # a consumer's callback: that job ends, the others go on
                 self._end(a, "error", f"{type(e).__name__}: {e}")
         for a in [a for a, _ in chunks if a.row >= 0]:
@@ -329,6 +339,7 @@ class Batcher(SpeculativeSteps):
                 self._end(a, "error", f"{type(e).__name__}: {e}")
         # Timed to the last sample: a GPU's decode returns before its work is done.
         self.sizer.observe(len(generating), n - len(generating), now() - t0)
+        self._hand_on()
 
     def _put(self, i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
         b = self._batch
@@ -338,62 +349,10 @@ class Batcher(SpeculativeSteps):
         b.seq_id[i][0] = seq
         b.logits[i] = logits
 
-    def _sampled(self, a: Active, t: float) -> bool:
-        """Sample `a`'s token at its row: True when the job goes on (`a.pending` is it)."""
-        import llama_cpp as C
-
-        if not a.t_prompt:
-            a.t_prompt = t
-        g = a.guard
-        own = None
-        forced = a.budget.next_forced(a.gate.held) if a.budget is not None else None
-        if forced is not None:  # the reasoning budget's close: taken as if drawn (budget.py)
-            tok = forced
-            C.llama_sampler_accept(a.sampler.ptr, tok)
-        elif g is not None and g.active:
-            tok, own = g.sample(a.sampler, self.ctx, a.row)
-        else:
-            tok = a.sampler.sample(self.ctx, a.row)
-        t_tok = now()
-        a.t_first = a.t_first or t_tok
-        if C.llama_vocab_is_eog(self._vocab_ptr, tok):
-            self._end(a, "stop")
-            return False
-        a.n_out += 1
-        k = a.job.top_logprobs
-        top = top_logprobs(self.ctx, self._vocab_ptr, self.n_vocab, a.row, k) if k > 0 else ()
-        text = piece(self._vocab_ptr, tok, tok in self.vocab.preserved)  # vocab.py
-        guided = None
-        if own is not None:
-            guided = piece(self._vocab_ptr, own, own in self.vocab.preserved).decode(
-                "utf-8", "replace")
-        for out in a.gate.push(tok, text, t_tok, top, guided, forced is not None):
-            a.job.on_token(out)
-        if g is not None:  # the parser has read the token: a call opened, or its grammar ended
-            a.output.extend(text)
-            g.after(a.output)
-        if a.gate.stopped:
-            self._end(a, "stop")
-        elif a.n_out >= a.limit:
-            self._end(a, "length")
-        else:
-            a.pending = tok
-            if a.drafter is not None:
-                a.drafter.extend((tok,))
-            return True
-        return False
-
-    def _close_tokens(self, text: str) -> list[int]:
-        """The reasoning close's tokens: special tokens parsed (Qwen3's `</think>` is one),
-        no BOS (budget.py)."""
-        ids = self.vocab.tokenize(text)
-        if ids and self.vocab.add_bos and ids[0] == self.vocab.bos and not (
-                self._bos_text and text.startswith(self._bos_text)):
-            ids = ids[1:]
-        return ids
-
     def _make_room(self, generating: list[Active]) -> list[Active]:
         """Cells for one more token per generating sequence; see the module docstring."""
+        if self._free_cells() >= len(generating):  # every step with split caches
+            return generating
         while generating and not self._drop_idle(len(generating)):
             victim = max(generating, key=lambda a: len(a.slot.kv))
             generating.remove(victim)
@@ -440,6 +399,10 @@ class Batcher(SpeculativeSteps):
     def _end(self, a: Active, reason: str, error: str | None = None) -> None:
         if a.finished:
             return
+        if self._outbox:  # its tokens sampled this step go before its end
+            self._hand_on()
+            if a.finished:  # its consumer raised on one of them
+                return
         a.finished = True
         self._order.remove(a)
         a.slot.active = None

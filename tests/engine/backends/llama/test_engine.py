@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.backends.base import Finish, Job, Token
 from engine.backends.llama.engine import LlamaEngine, StopGate
@@ -92,6 +94,20 @@ def test_gate_cuts_stop_strings_across_tokens() -> None:
     assert [t.text for t in toks] == ["Hel", "lo ", ""]
     toks, stopped = _gate([b"a E", b"N", b"x"], ("END",))  # a false start is released
     assert not stopped and "".join(t.text for t in toks) == "a ENx"
+
+
+@given(st.lists(st.lists(st.integers(1, 255), max_size=5).map(bytes), max_size=12),
+       st.text(st.characters(blacklist_characters="\x00"), max_size=12))
+def test_gate_without_stops_releases_as_the_holding_path_does(pieces, text) -> None:
+    # No stop string: a token goes out at its push unless it ends mid-character (the short
+    # path). The same as the holding path, here taken with a stop string that never occurs
+    # (no NUL byte is generated).
+    pieces = [*pieces, text.encode()]
+    fast, held = StopGate(()), StopGate(("\x00never",))
+    for i, data in enumerate(pieces):
+        a, b = fast.push(i, data, float(i)), held.push(i, data, float(i))
+        assert [(t.id, t.text) for t in a] == [(t.id, t.text) for t in b]
+    assert [(t.id, t.text) for t in fast.finish()] == [(t.id, t.text) for t in held.finish()]
 
 
 # -- the real model ----------------------------------------------------------------------
