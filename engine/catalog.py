@@ -85,7 +85,7 @@ class _Entry:
         self.state = UNLOADED
         self.error = ""
         self.service: Service | None = None
-        self.memory, self.n_ctx = memory, n_ctx
+        self.memory, self.n_ctx = memory, n_ctx  # the model's own plan (weights, KV, buffers)
         self.loads = 0
         self.leases = 0  # granted, not yet a run (or a raw job) in the engine
         self.active = 0  # runs started and not finished
@@ -100,6 +100,14 @@ class _Entry:
     @property
     def busy(self) -> int:
         return self.leases + self.active
+
+    @property
+    def held(self) -> int:
+        """The bytes it holds: its plan, and its embedding worker's copy of the weights once
+        a /v1/embeddings request has loaded it (engine/backends/llama/embed.py)."""
+        service = self.service
+        embedder = service.embedder if service is not None else None
+        return self.memory + (embedder.memory if embedder is not None else 0)
 
 
 class Lease:
@@ -305,7 +313,7 @@ class Catalog:
         return e
 
     def _status(self, e: _Entry) -> ModelStatus:
-        return ModelStatus(e.spec.id, e.state, e.error, e.spec.size, e.memory, e.n_ctx,
+        return ModelStatus(e.spec.id, e.state, e.error, e.spec.size, e.held, e.n_ctx,
                            e.spec.pin, e.spec.aliases, e.loads, e.busy, e.draining,
                            e.last_used)
 
@@ -358,11 +366,11 @@ class Catalog:
 
     def _make_room(self, e: _Entry) -> Callable[[], None] | None:
         resident = [r for r in self._entries.values() if r.state in (LOADED, LOADING)]
-        used = sum(r.memory for r in resident)
+        used = sum(r.held for r in resident)
 
         def fits(gone: list[_Entry]) -> bool:
             n = len(resident) - len(gone) + 1
-            mem = used - sum(g.memory for g in gone) + e.memory
+            mem = used - sum(g.held for g in gone) + e.memory
             return mem <= self.max_memory and (self.max_models is None or n <= self.max_models)
 
         victims: list[_Entry] = []
@@ -374,7 +382,7 @@ class Catalog:
         if not fits(victims):
             if any(r.state == LOADING for r in resident):
                 return None  # wait for that load: its memory is then known
-            pinned = sum(r.memory for r in resident if r.spec.pin)
+            pinned = sum(r.held for r in resident if r.spec.pin)
             e.state = FAILED
             e.error = (f"not enough memory: the model needs {e.memory / 2**20:.0f} MiB, and "
                        f"{(self.max_memory - pinned) / 2**20:.0f} MiB of the limit of "

@@ -226,3 +226,33 @@ def test_a_corrupt_file_fails_its_check_before_anyone_is_evicted(tmp_path: Path,
     assert [(e.model, e.kind) for e in events] == \
         [(spec(smol).id, "loading"), (spec(smol).id, "loaded"), ("broken", "failed")]
     assert cat.status("broken").loads == 0  # never built: no engine was made for it
+
+
+def test_an_embedding_worker_counts_in_the_memory_plan(tmp_path: Path, closing) -> None:
+    """Room for two models' plans, not for those and A's embedding copy of its weights: once
+    A has embedded, its status counts that copy and loading B evicts A (before, B fits)."""
+    from engine.backends.llama.embed import Embedder
+
+    smol = smol_gguf()
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    for p in (a, b):
+        p.symlink_to(smol)
+    sa, sb = spec(a), spec(b)
+    plan = estimate(sa)[0]
+
+    def make(s: ModelSpec) -> Service:
+        service = build()(s)
+        service.embedder = Embedder(s.path, n_ctx=128, n_threads=1)
+        return service
+
+    cat = Catalog([sa, sb], make, estimate, max_memory=2 * plan + sa.size // 2)
+    closing(cat)
+    lease = cat.acquire("a", 120)
+    loaded = cat.status("a").memory  # the engine's own figure (weights, KV, buffers)
+    assert 0 < loaded <= plan  # no embedding asked for: nothing more held
+    got = lease.service.embedder.submit(["hello"]).result(120)
+    assert got.vectors and cat.status("a").memory == loaded + sa.size
+    lease.release()
+    cat.acquire("b", 120).release()
+    assert cat.status("a").state == UNLOADED and cat.status("b").state == LOADED
+    assert cat.status("b").memory == loaded  # B has not embedded

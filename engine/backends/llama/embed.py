@@ -144,6 +144,19 @@ class Embedder:
     def loaded(self) -> bool:
         return self._ctx is not None
 
+    @property
+    def memory(self) -> int:
+        """The bytes it holds: its copy of the weights from the first request on (loading or
+        loaded), none before, after a failed load or once closed. Its embedding context's
+        buffers are small beside the weights and are not counted."""
+        with self._lock:
+            if self._thread is None or self._closed or self.error is not None:
+                return 0
+        try:
+            return self.model_path.stat().st_size
+        except OSError:
+            return 0
+
     # -- any thread ------------------------------------------------------------------------
 
     def submit(self, inputs: Sequence[Input]) -> concurrent.futures.Future:
