@@ -46,7 +46,7 @@ def model_args(args: argparse.Namespace, spec: ModelSpec) -> argparse.Namespace:
     out = argparse.Namespace(**vars(args))
     out.model, out.models, out.pack = str(spec.path), [str(spec.path)], o.pack
     out.template = Path(o.template) if o.template else None
-    out.dialect = o.dialect or args.dialect
+    out.family = o.family or args.family
     out.n_ctx = o.n_ctx or args.n_ctx
     out.parallel = o.parallel or args.parallel
     out.threads = o.threads or args.threads
@@ -74,7 +74,7 @@ def build_model(args: argparse.Namespace, spec: ModelSpec, recorder: Recorder | 
     n_ctx, kv_unified = context_size(a, pack)
     engine = LlamaEngine(pack.gguf, n_ctx=n_ctx, kv_unified=kv_unified,
                          n_gpu_layers=a.n_gpu_layers, n_threads=a.threads, parallel=a.parallel,
-                         preserved=preserved_tokens(pack.dialect),
+                         preserved=preserved_tokens(pack.family),
                          cache_dir=disk_cache_dir(a), cache_size=a.cache_size,
                          speculate=a.speculate == "ngram", flash_attn=a.flash_attn)
     service = Service(engine, pack, metrics=Metrics(engine), recorder=recorder)

@@ -21,7 +21,7 @@ from engine.backends.llama.kv_plan import KVLayout, plan_context, plan_kv
 from engine.chat.detect import preserved_tokens
 from engine.chat.packs import Pack, PackError, pack_from_template, resolve_pack
 from engine.metrics import Metrics
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.record.model_info import LOCAL, REPLAY, describe
 from engine.record.recording import Recorder
 from engine.service import Service
@@ -43,7 +43,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    "multi-part GGUF is one model), each loaded when a request names it")
     p.add_argument("--models-preset", type=Path, default=None, metavar="FILE",
                    help="per-model settings (TOML, one table per model: alias, aliases, "
-                   "n_ctx, parallel, threads, pack, template, dialect, flash_attn, pin, ttl); "
+                   "n_ctx, parallel, threads, pack, template, family, flash_attn, pin, ttl); "
                    "the command line's flags are the defaults")
     p.add_argument("--models-max-memory", type=byte_size, default=None, metavar="SIZE",
                    help="the most memory the resident models may take together by their "
@@ -54,8 +54,11 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="how long a request waits for its model to load before a 503 with "
                    "Retry-After (default 300)")
-    p.add_argument("--dialect", choices=dialects.NAMES, help="the tool-call dialect to parse "
+    p.add_argument("--family", choices=families.NAMES, help="the model family to parse "
                    "(default: the pack's, or the family detected from the GGUF's chat template)")
+    # The flag's name before the concept was called a family; kept so scripts keep working.
+    p.add_argument("--dialect", dest="family", choices=families.NAMES,
+                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.add_argument("--replay", nargs="+", metavar="FILE", help="serve recorded sessions or "
                    "plain-text model outputs instead of a model (a recorded request answers the "
                    "request with its conversation; plain text goes to each request in turn)")
@@ -204,12 +207,12 @@ def resolve(args: argparse.Namespace):
     name = args.pack or (REPLAY_PACK if args.replay and not args.model else None)
     try:
         pack = resolve_pack(name, args.model, require_model=not args.replay,
-                            dialect=args.dialect)
+                            family=args.family)
     except PackError as e:
         raise SystemExit(f"prism: {e}") from None
     if getattr(args, "template", None) is not None:
         pack = with_template(pack, args.template, keep_family=bool(args.pack),
-                             dialect=args.dialect)
+                             family=args.family)
     else:
         pack = check_template(pack)  # before the model loads: a broken template fails at once
     if not args.replay and pack.gguf is not None:
@@ -217,10 +220,10 @@ def resolve(args: argparse.Namespace):
     return pack
 
 
-def with_template(pack: Pack, path: Path, *, keep_family: bool, dialect: str | None) -> Pack:
+def with_template(pack: Pack, path: Path, *, keep_family: bool, family: str | None) -> Pack:
     """The local model rendering with the template in `path` (`--template FILE` without
-    `--upstream`). With `--pack` (keep_family) the pack's family (dialect, thinking, stop
-    strings) stays, as with `--upstream --pack P --template F`; otherwise it is detected from
+    `--upstream`). With `--pack` (keep_family) the pack's family, thinking default and stop
+    strings stay, as with `--upstream --pack P --template F`; otherwise it is detected from
     the given template, as for a GGUF's own. The template must compile and render a
     one-message conversation, or start-up stops naming the file and the line."""
     try:
@@ -233,8 +236,8 @@ def with_template(pack: Pack, path: Path, *, keep_family: bool, dialect: str | N
         found = pack_from_template(pack.name, text, str(path), bos_token=pack.bos_token,
                                    eos_token=pack.eos_token)
         pack = replace(found, gguf=pack.gguf, n_ctx=pack.n_ctx, description=pack.description)
-    if dialect:
-        pack = replace(pack, dialect=dialect, dialect_origin="--dialect")
+    if family:
+        pack = replace(pack, family=family, family_origin="--family")
     return check_renders(pack)
 
 
@@ -274,7 +277,7 @@ def build_service(args: argparse.Namespace) -> Service:
         engine = ReplayEngine([Path(f) for f in args.replay], speed=args.replay_speed,
                               tools_only=args.replay_tools_only,
                               calls_need_tools=not args.replay_strict_order,
-                              dialect=pack.dialect, tokenizer=tokenizer,
+                              family=pack.family, tokenizer=tokenizer,
                               counts_estimated=estimated,
                               **({"n_ctx": args.n_ctx} if args.n_ctx else {}))
     else:
@@ -287,7 +290,7 @@ def build_service(args: argparse.Namespace) -> Service:
             engine = LlamaEngine(pack.gguf, n_ctx=n_ctx, kv_unified=kv_unified,
                                  n_gpu_layers=args.n_gpu_layers,
                                  n_threads=args.threads, parallel=args.parallel,
-                                 preserved=preserved_tokens(pack.dialect),
+                                 preserved=preserved_tokens(pack.family),
                                  cache_dir=disk_cache_dir(args), cache_size=args.cache_size,
                                  speculate=args.speculate == "ngram",
                                  flash_attn=args.flash_attn)

@@ -143,8 +143,8 @@ def _format(pack) -> str:
     v = found.verdict
     probed = (f"template renders {v.probe.format.describe()}" if v and v.probe.format
               else f"template probe: {v.why_unknown()}" if v and v.why_unknown() else "")
-    label = format_label(pack.dialect, pack.format_unknown)
-    return f"{label} ({pack.dialect_origin}{'; ' + probed if probed else ''})"
+    label = format_label(pack.family, pack.format_unknown)
+    return f"{label} ({pack.family_origin}{'; ' + probed if probed else ''})"
 
 
 def _data_dir() -> list[tuple[str, str]]:

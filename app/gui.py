@@ -94,9 +94,9 @@ def rerun_packs() -> list[str]:
 def window_title(engine_name: str, pack) -> str:
     """The window's title: the engine, the pack and the family its output is read as, or that
     the template's call format is unknown (the output is then shown as content)."""
-    label = format_label(pack.dialect)
+    label = format_label(pack.family)
     how = UNKNOWN if pack.format_unknown else (
-        f"format {label}" if label != pack.dialect else f"dialect {pack.dialect}")
+        f"format {label}" if label != pack.family else f"family {pack.family}")
     return f"Prism — {engine_name} ({pack.name}, {how})"
 
 class Inspector:

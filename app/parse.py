@@ -1,7 +1,7 @@
 """The `prism parse` verb: run the output parser over a model's raw output and print the result.
 
     prism parse [FILE|-] [--tools TOOLS.json] [--no-thinking]
-                [--dialect auto|qwen-xml|hermes-json|FAMILY] [--stream-tools]
+                [--family auto|qwen-xml|hermes-json|FAMILY] [--stream-tools]
                 [--chunk N] [--seed S] [--events]
 
 Reads UTF-8 from FILE or standard input, feeds it whole, N characters at a time, or in random
@@ -16,7 +16,7 @@ import json
 import random
 import sys
 
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.events import result_of
 from engine.parse.parser import OutputParser
 
@@ -27,7 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-thinking", action="store_true",
                    help="start in content (default: in reasoning, as when the template "
                    "opened <think>)")
-    p.add_argument("--dialect", choices=dialects.NAMES, default="auto")
+    p.add_argument("--family", choices=families.NAMES, default="auto")
+    # The flag's name before the concept was called a family; kept so scripts keep working.
+    p.add_argument("--dialect", dest="family", choices=families.NAMES,
+                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.add_argument("--stream-tools", action="store_true",
                    help="emit tool_start/tool_args events while calls are written")
     p.add_argument("--chunk", type=int, default=None,
@@ -86,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--chunk must be 0 or more")
     parser = OutputParser(
         start="content" if args.no_thinking else "reasoning",
-        dialect=args.dialect,
+        family=args.family,
         tools=tools,
         stream_tools=args.stream_tools,
         id_prefix="",

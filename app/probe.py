@@ -76,6 +76,6 @@ def run(args: argparse.Namespace) -> int:
               "template's rendered calls)")
     if v.note:
         print(f"note: {v.note}")
-    print(f"format: {format_label(found.dialect, found.unknown)}"
+    print(f"format: {format_label(found.family, found.unknown)}"
           + (f" — {found.describe()}" if found.describe() else ""))
     return 0 if v.passed else 1

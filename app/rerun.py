@@ -1,7 +1,7 @@
 """The `prism rerun` verb: send every recorded request again, to another engine, and record it.
 
     prism rerun RECORDING... (--model B.gguf | --pack P | --template F | --upstream URL)
-                [--dialect D] [--same-sampling | --temperature T --seed S]
+                [--family D] [--same-sampling | --temperature T --seed S]
                 [--top-logprobs N] [--out FILE|DIR] [--n-ctx N] [--max-tokens N]
 
 `--max-tokens N` caps every re-run reply (a recorded request that asked for fewer keeps its

@@ -4,11 +4,11 @@ Owns `add_arguments` (the upstream flags, shared by `gui` and `serve`) and `buil
 which starts an `UpstreamEngine` (engine/backends/upstream/engine.py), waits briefly for its first
 answer, and picks the chat template Prism renders with: `--template FILE`, else the `--pack`'s,
 else the one the upstream publishes (llama.cpp's server and Prism give it in `GET /props`), the
-tool-call dialect and the thinking default detected from it as for a GGUF. The template's
+tool-call family and the thinking default detected from it as for a GGUF. The template's
 `bos_token` / `eos_token` are `--bos-token` / `--eos-token`, else the pack's own (with `--pack`),
 else what `/props` reports (llama.cpp's server and Prism do; llama-cpp-python's server does not,
 and a template that writes them is then warned about). With `--tap` no template is needed
-(requests are forwarded as they are), only a dialect to re-read the upstream's output. Runs on
+(requests are forwarded as they are), only a family to re-read the upstream's output. Runs on
 the main thread at start-up.
 """
 
@@ -98,10 +98,10 @@ def _upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
             template = args.template.read_text(encoding="utf-8")
         except OSError as e:
             raise SystemExit(f"prism: cannot read --template {args.template}: {e}") from None
-    dialect = args.dialect
+    family = args.family
     try:
         if args.pack:
-            pack = replace(resolve_pack(args.pack, require_model=False, dialect=dialect),
+            pack = replace(resolve_pack(args.pack, require_model=False, family=family),
                            gguf=None)
             if template is not None:
                 pack = replace(pack, template=template, template_origin=str(args.template),
@@ -115,7 +115,7 @@ def _upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
             pack = pack_from_template(name, info.chat_template, f"GET {engine.root}/props",
                                       bos_token=bos, eos_token=eos)
         elif args.tap:  # nothing to render; the re-reading takes either call syntax
-            pack = Pack(name=name, gguf=None, template="", dialect="auto",
+            pack = Pack(name=name, gguf=None, template="", family="auto",
                         template_origin="none (--tap forwards requests as they are)")
         else:
             raise SystemExit(
@@ -124,8 +124,8 @@ def _upstream_pack(args: argparse.Namespace, engine: UpstreamEngine) -> Pack:
                 "--template FILE")
     except PackError as e:
         raise SystemExit(f"prism: {e}") from None
-    if dialect:
-        pack = replace(pack, dialect=dialect, dialect_origin="--dialect")
+    if family:
+        pack = replace(pack, family=family, family_origin="--family")
     return check_template(pack)
 
 
@@ -143,7 +143,7 @@ def build_upstream(args: argparse.Namespace) -> tuple[Engine, Pack]:
         log.warning("[prism] %s", engine.load_error)
     pack = upstream_pack(args, engine)
     engine.stops = pack.stop
-    engine.preserved = preserved_tokens(pack.dialect)
+    engine.preserved = preserved_tokens(pack.family)
     if args.tap:
         from app.api.tap import TapEngine
 

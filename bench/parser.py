@@ -218,14 +218,14 @@ for _fam in registry.REGISTRY.values():
 def worst_cases(family: str, size: int) -> None:
     """cost(size/5)/cost(size/50) for one unfinished long value and for whitespace after a
     closer, fed a character at a time: 10 is linear."""
-    dialect = "auto" if family in ("qwen-xml", "hermes-json") else family
+    read_as = "auto" if family in ("qwen-xml", "hermes-json") else family
     texts = {"whitespace after a closer": AFTER_CLOSER[family] + " " * (size // 5)}
     if family in LONG_BODY:
         texts["one unfinished call body"] = LONG_BODY[family] + "word " * (size // 25)
     for what, long in texts.items():
-        t_small = min(feed_chars(long[: len(long) // 10], True, dialect, "content")
+        t_small = min(feed_chars(long[: len(long) // 10], True, read_as, "content")
                       for _ in range(5))
-        t_big = feed_chars(long, True, dialect, "content")
+        t_big = feed_chars(long, True, read_as, "content")
         kb = len(long) // 1000
         print(f"{family:12} {what}, {kb} kB: cost({kb} kB)/cost({kb // 10} kB) = "
               f"{t_big / t_small:.2f}")
@@ -242,9 +242,9 @@ def family_output(family: str, size: int, seed: int = 0) -> str:
     return "".join(parts)[:size]
 
 
-def feed_chars(text: str, stream_tools: bool, dialect: str = "auto",
+def feed_chars(text: str, stream_tools: bool, family: str = "auto",
                start: str = "reasoning") -> float:
-    p = OutputParser(start=start, dialect=dialect, tools=TOOLS, stream_tools=stream_tools,
+    p = OutputParser(start=start, family=family, tools=TOOLS, stream_tools=stream_tools,
                      id_prefix="")
     feed = p.feed
     # CPU time, not wall time: on a shared machine the load would otherwise be the figure.

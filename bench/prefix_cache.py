@@ -410,7 +410,7 @@ def main() -> None:
         args.cold_rounds, args.warm_rounds, args.disk_rounds, args.neighbour_rounds = 1, 2, 2, 2
     pack = resolve_pack(None)
     path = pack.gguf
-    preserved = tuple(preserved_tokens(pack.dialect))
+    preserved = tuple(preserved_tokens(pack.family))
     vocab = Vocab(path, preserved=preserved)
     # Service.render needs nothing of an engine: the vocabulary stands in for it here.
     svc = Service(vocab, pack)  # type: ignore[arg-type]

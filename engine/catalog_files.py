@@ -17,7 +17,7 @@ of its own with `model = "path.gguf"`):
     parallel = 2
     threads = 2
     pack = "smollm2"             # or template = "path/to/chat_template.jinja"
-    dialect = "hermes-json"
+    family = "hermes-json"
     flash_attn = "off"
     pin = true                   # never evicted
     ttl = 600                    # unloaded after 600 s without a request
@@ -32,7 +32,7 @@ from pathlib import Path
 
 _PART = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})$")
 _OPTION_TYPES = {"n_ctx": int, "parallel": int, "threads": int, "pack": str, "template": str,
-                 "dialect": str, "flash_attn": str}
+                 "family": str, "flash_attn": str}
 _KEYS = set(_OPTION_TYPES) | {"alias", "aliases", "pin", "ttl", "model"}
 
 
@@ -49,7 +49,7 @@ class ModelOptions:
     threads: int | None = None
     pack: str | None = None
     template: str | None = None
-    dialect: str | None = None
+    family: str | None = None
     flash_attn: str | None = None
 
 
@@ -115,6 +115,9 @@ def read_presets(path: Path) -> dict[str, dict]:
     for name, table in data.items():
         if not isinstance(table, dict):
             raise CatalogError(f"--models-preset {path}: [{name}] must be a table of settings")
+        if "dialect" in table:  # the key's name before the concept was called a family
+            old = {k: v for k, v in table.items() if k != "dialect"}
+            table = {"family": table["dialect"], **old}
         unknown = set(table) - _KEYS
         if unknown:
             raise CatalogError(f"--models-preset {path}: [{name}] has unknown settings "

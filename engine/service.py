@@ -108,7 +108,7 @@ class Service:
         self.engine = engine
         self.pack = pack
         self.template = ChatTemplate(pack.template, bos_token=pack.bos_token,
-                                     eos_token=pack.eos_token, dialect=pack.dialect,
+                                     eos_token=pack.eos_token, family=pack.family,
                                      tool_source=pack.tool_template)
         self.metrics = metrics
         self.recorder = recorder
@@ -200,25 +200,25 @@ class Service:
             submitted_at=time.perf_counter(),
         )
         # A replayed output is parsed as it was when recorded (engine/record/replay.py), a new one
-        # as the pack's template and dialect say.
-        start, dialect = (self.engine.prepare(job, request)
-                          or (start_state(prompt, self.pack.dialect), ""))
+        # as the pack's template and family say.
+        start, family = (self.engine.prepare(job, request)
+                          or (start_state(prompt, self.pack.family), ""))
         run = Run(self, request, prompt, request_reading(request, start,
-                                                         dialect or self.pack.dialect), n_prompt)
+                                                         family or self.pack.family), n_prompt)
         run.marks = marks
         if request.tools and not self.template.renders_tools:
             run.notes = (TOOLS_IGNORED,)
             log.warning("[prism] %s: the chat template of pack %s does not show tools, so the "
                         "model cannot call any of the %d it was given (use a pack whose "
                         "template renders `tools`)", run.id, self.pack.name, len(request.tools))
-        job.grammar = tool_grammar.request_grammar(request, self.pack.dialect, run.start_state,
+        job.grammar = tool_grammar.request_grammar(request, self.pack.family, run.start_state,
                                                    self.engine)
         if getattr(self.engine, "guards_calls", False):  # an engine that samples (llama.cpp)
-            job.guard = tool_grammar.request_guard(request, dialect or self.pack.dialect,
+            job.guard = tool_grammar.request_guard(request, family or self.pack.family,
                                                    run.parser, self.engine, self.guard_calls)
         budget = budget_of(request, self.reasoning_budget)
         if budget is not None:
-            job.budget = self._budget(run, budget, dialect or self.pack.dialect)
+            job.budget = self._budget(run, budget, family or self.pack.family)
         run.inline = job.guard is not None or job.budget is not None
         if run.inline:
             job.on_token = functools.partial(self._on_token, run)
@@ -243,11 +243,11 @@ class Service:
         self.engine.submit(job)
         return run
 
-    def _budget(self, run: Run, tokens: int, dialect: str) -> RunBudget | None:
+    def _budget(self, run: Run, tokens: int, family: str) -> RunBudget | None:
         """The run's reasoning budget (engine/chat/budget.py), or None: a family without
         reasoning markers has nothing to close, and an engine that does not sample (a replay,
         an upstream's completions) cannot force the close: said once, in the log."""
-        close = close_text(dialect)
+        close = close_text(family)
         if not close:
             return None
         if not getattr(self.engine, "guards_calls", False):  # the engines that sample
@@ -266,7 +266,7 @@ class Service:
         and the window say so (verdict "refused by the template"), and listeners get a
         "refused" update. The metrics count requests that started: not this one. The
         request's id goes with the exception (`request_id`), for a caller that names it."""
-        run = Run(self, request, "", request_reading(request, "content", self.pack.dialect), 0)
+        run = Run(self, request, "", request_reading(request, "content", self.pack.family), 0)
         run.finish = Finish("error", Timings(), error=str(exc))
         run.result = result_of((), "error")
         exc.request_id = run.id  # type: ignore[attr-defined]

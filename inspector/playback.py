@@ -39,7 +39,7 @@ from pathlib import Path
 
 from engine.backends.base import Finish, Timings, Token
 from engine.metrics import Metrics
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.pipeline import TokenPipeline
 from engine.record.index import Home, index_of
 from engine.record.recording import RecordingError, is_recording, read_session
@@ -69,13 +69,13 @@ class Item:
     reported: bool = False  # counted in the playback metrics once
 
 
-def _pack_dialect(name: str) -> str:
+def _pack_family(name: str) -> str:
     try:
         from engine.chat.packs import builtin_packs
 
         spec = builtin_packs().get(name)
-        return spec.dialect if spec is not None else "auto"
-    except Exception:  # a pack we cannot read: "auto" parses both dialects
+        return spec.family if spec is not None else "auto"
+    except Exception:  # a pack we cannot read: "auto" parses both families
         return "auto"
 
 
@@ -126,15 +126,15 @@ def load_damaged(path: Path | str, metrics: Metrics | None = None,
     except OSError as e:
         raise _unreadable(e) from None
     index_of(home).scan()  # each request's offset, for reading a released row back
-    pack_dialect = _pack_dialect(str(session.header.get("pack", "")))
+    pack_family = _pack_family(str(session.header.get("pack", "")))
     items = []
     for req in session.requests:
         body = req.request or {}
         # Read as recorded; files that do not name the family (or name one this version does
         # not know) fall back to the pack's.
         reading = req.reading
-        if not dialects.known(req.dialect):
-            reading = replace(reading, family=pack_dialect)
+        if not families.known(req.family):
+            reading = replace(reading, family=pack_family)
         track = Track(
             id=req.id,
             source=req.api or "replay",

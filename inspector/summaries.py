@@ -142,7 +142,7 @@ def summarize(track: Track, previous: RowSummary | None = None) -> RowSummary:
         created=track.created,
         anomalies=frozenset(k for k, n in track.anomalies.items() if n),
         counts=tuple((k, n) for k, n in track.anomalies.items() if n),
-        tools=tools, family=track.dialect or "", text=f"{prompt}\0{output}", split=len(prompt),
+        tools=tools, family=track.family or "", text=f"{prompt}\0{output}", split=len(prompt),
         first_words=words, verdict=verdict, calls=calls, ttft_ms=track.ttft_ms,
         tokens_per_s=track.tokens_per_s, version=track.version, generation=track.generation)
 

@@ -62,7 +62,7 @@ def _default_reading() -> Reading:
 
 
 class _Part:
-    """A `Track` attribute that is one field of its reading: `track.dialect` reads
+    """A `Track` attribute that is one field of its reading: `track.family` reads
     `track.reading.family`, and setting it (or passing it to `Track(...)`) gives the track a
     reading with that field changed. The views and tests read and set these by their old names;
     the reading stays the one truth. A dataclass field whose default is this descriptor
@@ -98,7 +98,7 @@ class Track:
     # How its output is read (before the parts below, which __init__ sets through it).
     reading: Reading = field(default_factory=_default_reading)
     start_state: str = _Part("start")  # descriptor fields (see _Part)
-    dialect: str = _Part("family")  # the parser's dialect (qwen-xml, hermes-json, auto...)
+    family: str = _Part("family")  # the parser's family (qwen-xml, hermes-json, auto...)
     tools: tuple = _Part("tools")
     stream_tools: bool = _Part("stream_tools")
     request: ChatRequest | dict | None = None  # the live request, or its recorded dict
@@ -254,13 +254,13 @@ class Track:
     # -- re-parsing and fixtures -------------------------------------------------------------
 
     def reparse(self, reading: Reading | None = None, *, start: str | None = None,
-                dialect: str | None = None,
+                family: str | None = None,
                 stream_tools: bool | None = None) -> tuple[list[Event], ParseResult]:
         """Run this output through a fresh parser and the reading's filters, token by token as
         it arrived: read as `reading` says (default: the track's own, so as it was shown),
-        with `start`, `dialect` or `stream_tools` changed where given."""
+        with `start`, `family` or `stream_tools` changed where given."""
         reading = self.reading if reading is None else reading
-        changes = {"start": start, "family": dialect, "stream_tools": stream_tools}
+        changes = {"start": start, "family": family, "stream_tools": stream_tools}
         reading = dataclasses.replace(reading, **{k: v for k, v in changes.items()
                                                   if v is not None})
         # Call ids must not differ between two parses of one output; a re-parse reports

@@ -117,11 +117,11 @@ def families_markdown() -> str:
         "*thinking*: its pack's default. The guide: [Model families](../families.md) and",
         "[The output parser](../parser.md).",
         "",
-        "| # | `--dialect` | models | detected from | reasoning | calls | thinking | pack |",
+        "| # | `--family` | models | detected from | reasoning | calls | thinking | pack |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for i, fam in enumerate(detect_order(), 1):
-        detect = ", ".join(code(d) for d in fam.detect) or "`--dialect` only"
+        detect = ", ".join(code(d) for d in fam.detect) or "`--family` only"
         if fam.fallback:
             detect += " (only when no other family matched)"
         reasoning = "none" if fam.reasoning is None else " … ".join(map(code, fam.reasoning))

@@ -98,9 +98,9 @@ def main(out: Path) -> None:
             state = start_state(prompt)
             rid = f"demo-{n}"
             t0 = base + 4.0 * n
-            rec.request(rid, req, prompt, start_state=state, api="openai", dialect=pack.dialect,
+            rec.request(rid, req, prompt, start_state=state, api="openai", family=pack.family,
                         stream_tools=True, tools=tools, t0=t0)
-            parser = OutputParser(start=state, dialect=pack.dialect, tools=tools,
+            parser = OutputParser(start=state, family=pack.family, tools=tools,
                                   stream_tools=True, id_prefix=f"demo{n}")
             events, t = [], 0.18 + 0.15 * rng.random()  # time to first token
             first = t

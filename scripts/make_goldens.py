@@ -318,8 +318,8 @@ def main() -> None:
     out = []
     for c in CASES + _library_cases():
         expected = render(c)
-        dialect = detect(template_source(c["template"])).dialect
-        repaired = [m.to_template() for m in repair_history(_messages(c["messages"]), dialect)]
+        family = detect(template_source(c["template"])).family
+        repaired = [m.to_template() for m in repair_history(_messages(c["messages"]), family)]
         if "_repair_" in c["name"] and (
             repaired == c["messages"] or render({**c, "messages": repaired}) != expected
         ):

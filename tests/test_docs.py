@@ -78,8 +78,8 @@ def test_families_reference_has_one_row_per_family_in_detection_order():
             assert marker.strip() in [s.strip() for s in _code_spans(row[3])], fam.name
 
 
-def _dialect_tables() -> dict[str, set[str]]:
-    """Family names in the first column of the guide's hand-written `--dialect` tables."""
+def _family_tables() -> dict[str, set[str]]:
+    """Family names in the first column of the guide's hand-written `--family` tables."""
     found: dict[str, set[str]] = {}
     for page in ("parser.md", "families.md"):
         in_table = False
@@ -88,7 +88,7 @@ def _dialect_tables() -> dict[str, set[str]]:
                 in_table = False
                 continue
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-            if "--dialect" in cells[0]:
+            if "--family" in cells[0]:
                 in_table = True
             elif in_table and not re.match(r"^[-: ]+$", cells[0]):
                 found.setdefault(page, set()).update(_code_spans(cells[0]))
@@ -96,7 +96,7 @@ def _dialect_tables() -> dict[str, set[str]]:
 
 
 def test_hand_written_family_tables_name_exactly_the_registered_families():
-    tables = _dialect_tables()
+    tables = _family_tables()
     assert set(tables) == {"parser.md", "families.md"}
     named = set().union(*tables.values())
     assert named - set(NAMES) == set(), "a table names a family the registry does not have"

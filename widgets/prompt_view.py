@@ -149,7 +149,7 @@ class PromptView(QWidget):
         unused = self.breakdown.unused_tools() if self.breakdown is not None else ()
         never = f" · tools never called: {', '.join(unused)}" if unused else ""
         self.label.setText(f"Prompt · {tokens} · {len(prompt)} chars · {start}"
-                           f" · dialect {format_label(track.dialect)}{found}{cache}{never}")
+                           f" · family {format_label(track.family)}{found}{cache}{never}")
 
     def _count(self, track: Track | None) -> None:
         """The breakdown of the track's prompt, counted once per prompt."""

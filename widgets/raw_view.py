@@ -28,7 +28,7 @@ from functools import cache
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.events import (
     ANOMALY,
     CONTENT,
@@ -67,10 +67,10 @@ _LOOKBACK = 256  # a tag split over two call events is found when the second one
 
 
 @cache
-def call_tags(dialect: str) -> re.Pattern | None:
+def call_tags(family: str) -> re.Pattern | None:
     """The family's markers as one pattern (its preserved tokens, its call openers and its
-    whole tags); None for `auto` and the `<tool_call>` dialects, which list none."""
-    fam = dialects.get(dialect)
+    whole tags); None for `auto` and the `<tool_call>` families, which list none."""
+    fam = families.get(family)
     tokens = fam.preserved_tokens if fam is not None else ()
     if not tokens and not (fam is not None and fam.tag_forms):  # Command R+: tag_forms only
         return None
@@ -169,7 +169,7 @@ class RawView(TrackFollower, QWidget):
             new = track.events[self._n :]
             self._n = len(track.events)
             raw = track.raw
-            tags = call_tags(track.dialect)
+            tags = call_tags(track.family)
             for ev in merge(new):
                 if ev.kind == GUIDED_TOKEN:
                     self._note_guided(track, ev.span[1])

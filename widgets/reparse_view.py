@@ -1,6 +1,6 @@
 """Re-parse and export: read the selected request again under other settings, see what changes.
 
-Owns `ReparseView`: choose the start state (thinking or not), the call dialect and
+Owns `ReparseView`: choose the start state (thinking or not), the call family and
 `stream_tools`, re-run the output through a fresh parser token by token (`track.reparse`), and
 see a line diff of the two readings (reasoning, content, calls, anomalies, finish reason). Both
 sides read the output as the track's `Reading` says (engine/parse/reading.py), the request's
@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.events import ANOMALY_KINDS, ParseResult
 from inspector.tracks import Track
 from widgets.text_pane import TextPane
@@ -79,8 +79,8 @@ class ReparseView(QWidget):
         self.start.addItems(["reasoning", "content"])
         self.start.setToolTip("Where parsing starts: in reasoning (the prompt opened <think>)"
                               " or in content")
-        self.dialect = QComboBox()
-        self.dialect.addItems(list(dialects.NAMES))
+        self.family = QComboBox()
+        self.family.addItems(list(families.NAMES))
         self.stream_tools = QCheckBox("stream_tools")
         self.run_btn = QPushButton("Re-parse")
         self.export_btn = QPushButton("Export fixture…")
@@ -91,7 +91,7 @@ class ReparseView(QWidget):
         self.summary.setWordWrap(True)
         self.out = TextPane(mono=True)
         row = QHBoxLayout()
-        for label, w in (("start", self.start), ("dialect", self.dialect)):
+        for label, w in (("start", self.start), ("family", self.family)):
             row.addWidget(QLabel(label))
             row.addWidget(w)
         row.addWidget(self.stream_tools)
@@ -114,12 +114,12 @@ class ReparseView(QWidget):
             self.summary.setText("Select a request.")
             return
         self.start.setCurrentText(track.start_state)
-        self.dialect.setCurrentText(track.dialect)
+        self.family.setCurrentText(track.family)
         self.stream_tools.setChecked(bool(track.stream_tools))
         reading = track.reading
         policy = ", one call per reply" if reading.one_call else ""
         self.summary.setText(f"{track.id}: parsed with start={reading.start}, "
-                             f"dialect={reading.family}, stream_tools={reading.stream_tools}"
+                             f"family={reading.family}, stream_tools={reading.stream_tools}"
                              f"{policy}. Change a setting and re-parse to see what differs.")
 
     def reparse(self) -> list[str]:
@@ -131,7 +131,7 @@ class ReparseView(QWidget):
             return []
         _, before = track.reparse()
         chosen = dataclasses.replace(track.reading, start=self.start.currentText(),
-                                     family=self.dialect.currentText(),
+                                     family=self.family.currentText(),
                                      stream_tools=self.stream_tools.isChecked())
         _, after = track.reparse(chosen)
         lines = diff(before, after)

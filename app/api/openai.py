@@ -370,6 +370,6 @@ def model_card(request: Request) -> dict:
         "owned_by": "prism",
         "context_length": svc.engine.n_ctx,
         "meta": {"engine": svc.engine.name, "pack": svc.pack.name,
-                 "dialect": svc.pack.dialect, "thinking": svc.pack.thinking,
-                 "format": format_label(svc.pack.dialect, svc.pack.format_unknown)},
+                 "family": svc.pack.family, "thinking": svc.pack.thinking,
+                 "format": format_label(svc.pack.family, svc.pack.format_unknown)},
     }

@@ -170,7 +170,7 @@ class Tapped:
         except Exception as e:  # a template that refuses the conversation, say
             self.error = f"{type(e).__name__}: {e}"
             return
-        synth = Synth(state.service.pack.dialect, run.start_state)
+        synth = Synth(state.service.pack.family, run.start_state)
         run.pipeline.add_filter(LeakWatch(synth), first=True)  # before any token is fed
         self.run, self.job = run, claimed[0]
         self.reader = READERS[path](synth)

@@ -46,10 +46,10 @@ class Synth:
     writer's `write_calls` (one section for the families that frame a list of calls) when the
     reply ends (`end()`) or text follows them."""
 
-    def __init__(self, dialect: str, start: str) -> None:
-        self.dialect = dialect
-        family = families.get(dialect) or families.get("hermes-json")
-        self.writer: Writer = family.writer
+    def __init__(self, family: str, start: str) -> None:
+        self.family = family
+        fam = families.get(family) or families.get("hermes-json")
+        self.writer: Writer = fam.writer
         self.state = start  # "reasoning" | "content": where the text written so far stands
         self.text = ""
         self._given = 0

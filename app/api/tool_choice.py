@@ -7,7 +7,7 @@ Owns `ToolChoice` (with `offered`: the tools the prompt declares under it) and `
 
 What each mode does (engine/service.py applies it): "auto" lets the model decide; "none" drops
 the tools from the prompt; "required" and "function" make the llama engine sample under a
-grammar in the pack's tool-call dialect (engine/grammar/), so the reply is a call,
+grammar in the pack's tool-call family (engine/grammar/), so the reply is a call,
 as llama.cpp's server does. Values the API does not define are refused rather than read as
 "auto": a client that asked for a call must not silently get prose.
 

@@ -172,8 +172,8 @@ class Engine(Protocol):
     def prepare(self, job: Job, request: ChatRequest) -> tuple[str, str] | None:
         """Called by the service before `submit`, with the request the job answers. An engine
         that plays recorded outputs (engine/record/replay.py) chooses the job's output here and
-        returns the (start state, dialect) it was recorded with, so it is parsed as it was
-        live ("" dialect: the pack's); an engine that generates returns None."""
+        returns the (start state, family) it was recorded with, so it is parsed as it was
+        live ("" family: the pack's); an engine that generates returns None."""
         ...
 
     def tokenize(self, text: str) -> list[int]: ...

@@ -45,10 +45,10 @@ def budget_of(request: Any, default: int | None) -> int | None:
     return None if n is None or n < 0 else int(n)
 
 
-def close_text(dialect: str) -> str:
+def close_text(family: str) -> str:
     """What the family's model writes to end its reasoning and begin the answer ("" for a
     family without reasoning markers). `auto` reads as the qwen-xml family, as start_state."""
-    fam = families.get(dialect) or families.get("qwen-xml")
+    fam = families.get(family) or families.get("qwen-xml")
     if fam is None or fam.reasoning is None or not fam.writer.reasoning_close:
         return ""
     return fam.writer.reasoning_close + fam.writer.answer_open

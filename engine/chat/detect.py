@@ -43,12 +43,12 @@ THINK = (THINK_OPEN, THINK_CLOSE)
 class Detection:
     """What `detect` found: the family's name ("auto" when none), the marker that decided it
     ("" when none did), its reasoning markers (None when it has none; `<think>` for `auto`)
-    and its record."""
+    and its record (`fam`)."""
 
-    dialect: str
+    family: str
     marker: str
     reasoning: tuple[str, str] | None
-    family: Family | None
+    fam: Family | None
     unknown: bool = False  # the template offers tools but writes calls in no format we read
     # The probe's decision (engine/chat/probe_check.py `Verdict`); None where it did not run.
     verdict: Any = None
@@ -57,8 +57,8 @@ class Detection:
         """Why this family: the probe's derived format, its disagreement with the markers,
         or the marker (for the start line)."""
         v = self.verdict
-        if self.dialect.startswith(PREFIX) and self.family is not None:
-            return f"format: derived from the template ({self.family.format.describe()})"
+        if self.family.startswith(PREFIX) and self.fam is not None:
+            return f"format: derived from the template ({self.fam.format.describe()})"
         if v is not None and v.note:
             return f"format: {v.note}"
         if self.unknown and v is not None and v.why_unknown():
@@ -89,56 +89,56 @@ def detect(template: str, tool_source: str = "") -> Detection:
     from engine.chat.probe_check import verdict  # it renders templates, which import us
 
     found = by_markers(template)
-    claimed = found.dialect if found.family is not None else ""
+    claimed = found.family if found.fam is not None else ""
     try:
         v = verdict(template, claimed, tool_source)
     except Exception as exc:  # a probe that fails decides nothing; the markers stand
         log.warning("[prism] the template probe failed: %s: %s", type(exc).__name__, exc)
         return found
-    if v.family is not None and v.family.name != found.dialect:
+    if v.family is not None and v.family.name != found.family:
         return Detection(v.family.name, "", v.family.reasoning, v.family, verdict=v)
-    if found.family is None and v.failure:
+    if found.fam is None and v.failure:
         return Detection("auto", "", THINK, None, unknown=True, verdict=v)
     return dataclasses.replace(found, verdict=v)
 
 
-def format_label(dialect: str, unknown: bool = False) -> str:
+def format_label(family: str, unknown: bool = False) -> str:
     """How a format is named to people (title, /v1/models, doctor): the family's name,
     "derived from the template (…)" for a derived one, or "format unknown"."""
     if unknown:
         return UNKNOWN
-    fam = families.get(dialect)
-    if dialect.startswith(PREFIX) and fam is not None and fam.format is not None:
+    fam = families.get(family)
+    if family.startswith(PREFIX) and fam is not None and fam.format is not None:
         return f"derived from the template ({fam.format.describe()})"
-    return dialect
+    return family
 
 
-def reasoning_markers(dialect: str) -> tuple[str, str] | None:
+def reasoning_markers(family: str) -> tuple[str, str] | None:
     """A family's (opener, closer) of reasoning; `<think>` for auto."""
-    fam = families.get(dialect)
+    fam = families.get(family)
     return fam.reasoning if fam is not None else THINK
 
 
-def start_state(prompt: str, dialect: str = "auto") -> str:
+def start_state(prompt: str, family: str = "auto") -> str:
     """'reasoning' when the rendered prompt ends inside the family's open reasoning (the
     template opened it for the model: DeepSeek R1's `<think>\\n`, a Harmony prompt prefilled
     with the analysis channel), else 'content'. Trailing whitespace is ignored."""
-    fam = families.get(dialect)
+    fam = families.get(family)
     return (fam or families.get("qwen-xml")).start_state(prompt)
 
 
-def family_stops(dialect: str) -> tuple[str, ...] | None:
+def family_stops(family: str) -> tuple[str, ...] | None:
     """The stop strings a pack of this family uses; None where the pack picks them from the
     template (the `<tool_call>` families and auto, engine/chat/packs.py)."""
-    fam = families.get(dialect)
+    fam = families.get(family)
     return fam.stops if fam is not None and fam.stops else None
 
 
-def preserved_tokens(dialect: str) -> tuple[str, ...]:
+def preserved_tokens(family: str) -> tuple[str, ...]:
     """The special tokens the family's reader must see as text (`auto` takes those of both
     families it accepts). The engine renders exactly these as text (engine/backends/llama/
     vocab.py); the others, end-of-turn markers first, stay invisible."""
-    fams = families.AUTO if dialect == "auto" else (families.get(dialect),)
+    fams = families.AUTO if family == "auto" else (families.get(family),)
     seen: dict[str, None] = {}
     for fam in fams:
         for tok in fam.preserved_tokens if fam is not None else ():
@@ -156,14 +156,14 @@ def preserved_tokens(dialect: str) -> tuple[str, ...]:
 # same in jinja (resources/templates/*.jinja), for GGUFs that take them elsewhere.
 
 
-def _call_cut(text: str, dialect: str, tail_only: bool) -> int:
+def _call_cut(text: str, family: str, tail_only: bool) -> int:
     """Where the first complete call in reasoning `text` begins, as the family's parser reads
     it (it leaves the reasoning there: an implicit end); -1 when there is none. With
     tail_only, also -1 unless the calls end the text (no answer after them). Newlines before
     the call stay on the reasoning's side."""
     from engine.parse.parser import OutputParser  # the parser imports the families, as we do
 
-    parser = OutputParser(start=REASONING, dialect=dialect)
+    parser = OutputParser(start=REASONING, family=family)
     events: list[Event] = parser.feed(text) + parser.finish()
     cut, called = -1, False
     for ev in events:
@@ -180,11 +180,11 @@ def _call_cut(text: str, dialect: str, tail_only: bool) -> int:
     return cut
 
 
-def repair_message(message: Message, dialect: str) -> Message:
+def repair_message(message: Message, family: str) -> Message:
     """One assistant turn of a reasoning family with its swallowed call moved out of the
     reasoning (unchanged when it has none, or when the family has no reasoning block that a
     call could hide in: Harmony's analysis is a message of its own, Llama 3 has none)."""
-    fam = families.get(dialect)
+    fam = families.get(family)
     if message.role != "assistant" or fam is None or not fam.repairs_history:
         return message
     markers = fam.markers
@@ -193,7 +193,7 @@ def repair_message(message: Message, dialect: str) -> Message:
         return message
     reasoning, content = message.reasoning_content, message.content
     if reasoning and not message.tool_calls:  # (b) the reasoning ends with a call
-        cut = _call_cut(reasoning, dialect, tail_only=True)
+        cut = _call_cut(reasoning, family, tail_only=True)
         if cut == -1:
             return message
         call = reasoning[cut:].rstrip()
@@ -203,7 +203,7 @@ def repair_message(message: Message, dialect: str) -> Message:
                                    content=call)
     if reasoning is None and content.lstrip().startswith(opener) and closer not in content:
         at = content.find(opener) + len(opener)  # (a) the content opens it and never closes
-        cut = _call_cut(content[at:], dialect, tail_only=False)
+        cut = _call_cut(content[at:], family, tail_only=False)
         if cut == -1:
             return message
         return dataclasses.replace(message, reasoning_content=content[at:at + cut].strip("\n"),

@@ -6,7 +6,7 @@ resources/packs/*.toml, before any file is touched), `PackError`, the resolvers 
 Runs on the thread that starts the app (CLI or GUI startup), once, before the engine loads the
 model; the only slow step is assembling the Gemma 3 GGUF on its first use.
 
-Shortcut taken on purpose: the dialect and thinking default of a bare GGUF are guessed from its
+Shortcut taken on purpose: the family and thinking default of a bare GGUF are guessed from its
 template text.
 """
 
@@ -23,12 +23,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.chat import detect as families
+from engine.chat import detect
 from engine.chat.detect import UNKNOWN
 from engine.chat.template import ChatTemplate, TemplateError
 from engine.gguf import GGUFError
 from engine.gguf import read_gguf_metadata as _read_gguf
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.markers import THINK_OPEN
 
 log = logging.getLogger("prism")
@@ -36,7 +36,7 @@ RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 TEMPLATES = RESOURCES / "templates"
 PACKS = RESOURCES / "packs"
 DEFAULT_PACK = "smollm2"
-DIALECTS = dialects.NAMES
+FAMILIES = families.NAMES
 # Fallback templates for a GGUF without one, by general.architecture.
 ARCH_TEMPLATES = {"qwen2": "qwen3_hermes", "qwen3": "qwen3_hermes", "qwen3moe": "qwen3_hermes",
                   "gemma3": "gemma3", "gemma3_text": "gemma3", "llama": "chatml",
@@ -71,7 +71,7 @@ class Pack:
     name: str
     gguf: Path | None
     template: str
-    dialect: str = "auto"
+    family: str = "auto"
     thinking: bool = False
     # The context a pack folder's pack.toml asks for (`--n-ctx` still wins); None: the model's
     # trained context within the memory budget (engine/backends/llama/kv_plan.py).
@@ -81,7 +81,7 @@ class Pack:
     eos_token: str = ""
     stop: tuple[str, ...] = ()
     template_origin: str = ""
-    dialect_origin: str = ""  # why this dialect: the pack, --dialect, or the template's marker
+    family_origin: str = ""  # why this family: the pack, --family, or the template's marker
     # The GGUF's `tokenizer.chat_template.tool_use`: renders the requests that declare tools
     # (as llama.cpp does); "" when the model has none, or when another template replaced its own.
     tool_template: str = ""
@@ -90,11 +90,11 @@ class Pack:
     def format_unknown(self) -> bool:
         """The template writes tool calls in a format no family reads (said at start, in
         /v1/models and in the window's title)."""
-        return self.dialect_origin.startswith(UNKNOWN)
+        return self.family_origin.startswith(UNKNOWN)
 
     def chat_template(self) -> ChatTemplate:
         return ChatTemplate(self.template, bos_token=self.bos_token, eos_token=self.eos_token,
-                            dialect=self.dialect, tool_source=self.tool_template)
+                            family=self.family, tool_source=self.tool_template)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ class PackSpec:
     name: str
     description: str
     template: str
-    dialect: str
+    family: str
     thinking: bool = False
     bos_token: str = ""
     eos_token: str = ""
@@ -129,33 +129,33 @@ def _special_tokens(meta: dict[str, Any]) -> tuple[str, str]:
     return text("tokenizer.ggml.bos_token_id"), text("tokenizer.ggml.eos_token_id")
 
 
-def guess_dialect(template: str) -> str:
-    """The dialect a template's markers name (engine/chat/detect.py), or `auto` when the parser
+def guess_family(template: str) -> str:
+    """The family a template's markers name (engine/chat/detect.py), or `auto` when the parser
     has no reader for that family yet."""
-    found = families.detect(template).dialect
-    return found if dialects.known(found) else "auto"
+    found = detect.detect(template).family
+    return found if families.known(found) else "auto"
 
 
 def _detected(template: str, origin: str, tool_source: str = "") -> dict[str, Any]:
-    """Dialect and thinking default from a template: the family its markers name, checked
+    """Family and thinking default from a template: the family its markers name, checked
     against the calls it renders (engine/chat/detect.py, engine/chat/probe.py); logged with
-    what decided them (kept as `dialect_origin`; the window's title shows the format)."""
-    found = families.detect(template, tool_source)
-    dialect = found.dialect if dialects.known(found.dialect) else "auto"
+    what decided them (kept as `family_origin`; the window's title shows the format)."""
+    found = detect.detect(template, tool_source)
+    family = found.family if families.known(found.family) else "auto"
     why = found.describe()
-    if found.marker and dialect != found.dialect:
-        why = f"{found.dialect} {why}; no parser for it here, so auto"
+    if found.marker and family != found.family:
+        why = f"{found.family} {why}; no parser for it here, so auto"
     elif found.unknown and not why:
         why = (f"{UNKNOWN}: the chat template offers tools, but no family's markers are in "
                "it, so calls in its format are not read")
     elif not why:
         why = "no family marker in the chat template"
     (log.warning if found.unknown or "markers name" in why else log.info)(
-        "[prism] dialect %s (%s, %s)", dialect, why, origin)
-    fam = found.family
+        "[prism] family %s (%s, %s)", family, why, origin)
+    fam = found.fam
     thinking = fam.thinking if fam is not None and fam.thinking is not None \
         else THINK_OPEN in template
-    return {"dialect": dialect, "thinking": thinking, "dialect_origin": why}
+    return {"family": family, "thinking": thinking, "family_origin": why}
 
 
 def _template_file(stem: str) -> str:
@@ -163,13 +163,13 @@ def _template_file(stem: str) -> str:
 
 
 def _stops(template: str, eos: str) -> tuple[str, ...]:
-    found_in = families.detect(template)
-    own = families.family_stops(found_in.dialect)
+    found_in = detect.detect(template)
+    own = detect.family_stops(found_in.family)
     found = [t for t in TURN_ENDS if t in template] if own is None else list(own)
     if own is not None and not any(s in template for s in own):
         # The family's stops are not this template's (Ling 3.0 and Laguna read as GLM): the
         # end-of-turn marker it writes stops too, unless the family uses it inside a turn.
-        never = found_in.family.never_stops if found_in.family is not None else ()
+        never = found_in.fam.never_stops if found_in.fam is not None else ()
         found += [t for t in TURN_ENDS if t in template and t not in found and t not in never]
     return tuple(found + ([eos] if eos and eos not in found else []))
 
@@ -193,7 +193,7 @@ def _tool_use_template(meta: dict[str, Any], default: str, origin: str) -> str:
 
 def pack_from_gguf(path: str | Path) -> Pack:
     """A pack for any GGUF: its own template, else its `tool_use` template, else one chosen by
-    architecture (ChatML at worst); dialect and thinking guessed from the template text (the
+    architecture (ChatML at worst); family and thinking guessed from the template text (the
     `tool_use` one's when there is one: that is where the model's calls are written). A GGUF
     with both renders requests that declare tools with the `tool_use` one."""
     path = Path(path).expanduser()
@@ -219,23 +219,23 @@ def pack_from_gguf(path: str | Path) -> Pack:
         stop += tuple(t for t in _stops(tool_template, eos) if t not in stop)
     return Pack(
         name=str(meta.get("general.name") or path.stem), gguf=path, template=template,
-        dialect=found["dialect"], thinking=found["thinking"],
+        family=found["family"], thinking=found["thinking"],
         description=f"{arch or 'unknown'} model from {path}", bos_token=bos, eos_token=eos,
         stop=stop, template_origin=origin,
-        dialect_origin=found["dialect_origin"], tool_template=tool_template,
+        family_origin=found["family_origin"], tool_template=tool_template,
     )
 
 
 def pack_from_template(name: str, template: str, origin: str, *, bos_token: str = "",
                        eos_token: str = "") -> Pack:
     """A pack of a template alone, no model (`--upstream`: the remote server has the model):
-    dialect, thinking and stop strings detected from the template as for a GGUF."""
+    family, thinking and stop strings detected from the template as for a GGUF."""
     found = _detected(template, origin)
     return Pack(
-        name=name, gguf=None, template=template, dialect=found["dialect"],
+        name=name, gguf=None, template=template, family=found["family"],
         thinking=found["thinking"], description=f"a remote model; template from {origin}",
         bos_token=bos_token, eos_token=eos_token, stop=_stops(template, eos_token),
-        template_origin=origin, dialect_origin=found["dialect_origin"],
+        template_origin=origin, family_origin=found["family_origin"],
     )
 
 
@@ -260,8 +260,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise PackError(f"cannot read {path}: {exc}") from exc
-    if data.get("dialect", "auto") not in DIALECTS:
-        raise PackError(f"{path}: dialect must be one of {', '.join(DIALECTS)}")
+    if "dialect" in data:  # the key's name before the concept was called a family
+        old = data.pop("dialect")
+        data.setdefault("family", old)
+    if data.get("family", "auto") not in FAMILIES:
+        raise PackError(f"{path}: family must be one of {', '.join(FAMILIES)}")
     return data
 
 
@@ -345,10 +348,10 @@ def _build(spec: PackSpec, gguf: Path | None) -> Pack:
             own_bos, own_eos = _special_tokens(meta)
             bos, eos = own_bos or bos, own_eos or eos
     return Pack(
-        name=spec.name, gguf=gguf, template=template, dialect=spec.dialect,
+        name=spec.name, gguf=gguf, template=template, family=spec.family,
         thinking=spec.thinking, description=spec.description, bos_token=bos,
         eos_token=eos, stop=spec.stop, template_origin=origin,
-        dialect_origin=f"pack {spec.name}", tool_template=tool_template,
+        family_origin=f"pack {spec.name}", tool_template=tool_template,
     )
 
 
@@ -366,7 +369,7 @@ def load_pack(name: str) -> Pack:
 
 def pack_from_dir(path: str | Path) -> Pack:
     """A pack folder: one *.gguf, tokenizer/chat_template.jinja (else the GGUF's template) and
-    an optional pack.toml overriding name, description, dialect, thinking, n_ctx, stop, tokens."""
+    an optional pack.toml overriding name, description, family, thinking, n_ctx, stop, tokens."""
     folder = Path(path).expanduser()
     if not folder.is_dir():
         raise PackError(f"pack directory not found: {folder}")
@@ -379,15 +382,15 @@ def pack_from_dir(path: str | Path) -> Pack:
         template = template_file.read_text(encoding="utf-8")
         found = _detected(template, str(template_file))
         pack = replace(
-            pack, template=template, dialect=found["dialect"], thinking=found["thinking"],
+            pack, template=template, family=found["family"], thinking=found["thinking"],
             stop=_stops(template, pack.eos_token), template_origin=str(template_file),
-            dialect_origin=found["dialect_origin"], tool_template="",
+            family_origin=found["family_origin"], tool_template="",
         )
     pack = replace(pack, name=folder.name)
     toml = folder / "pack.toml"
     if toml.is_file():
         data = _read_toml(toml)
-        known = {"name", "description", "dialect", "thinking", "n_ctx", "stop", "bos_token",
+        known = {"name", "description", "family", "thinking", "n_ctx", "stop", "bos_token",
                  "eos_token"}
         if unknown := set(data) - known:
             raise PackError(f"{toml}: unknown keys {', '.join(sorted(unknown))}")
@@ -395,8 +398,8 @@ def pack_from_dir(path: str | Path) -> Pack:
         if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
             raise PackError(f"{toml}: n_ctx must be a whole number of tokens, not {ctx!r}")
         pack = replace(pack, **{**data, "stop": tuple(data.get("stop", pack.stop))})
-        if "dialect" in data:
-            pack = replace(pack, dialect_origin=str(toml))
+        if "family" in data:
+            pack = replace(pack, family_origin=str(toml))
     return pack
 
 
@@ -406,7 +409,7 @@ def resolve_pack(
     pack_dir: str | None = None,
     *,
     require_model: bool = True,
-    dialect: str | None = None,
+    family: str | None = None,
 ) -> Pack:
     """The pack the command line asks for: `--pack-dir DIR`, `--pack NAME` (a built-in, or a
     folder or .gguf path), `--model FILE.gguf` (with a pack: that pack's template on this
@@ -434,9 +437,9 @@ def resolve_pack(
         pack = replace(pack, gguf=model_path)
     if require_model and pack.gguf is None:
         raise PackError(f"pack {pack.name!r} ships no model: pass --model PATH.gguf")
-    if dialect:  # --dialect overrides the pack and the template's markers
-        if dialect not in dialects.NAMES:
-            raise PackError(f"unknown dialect {dialect!r}; one of {', '.join(dialects.NAMES)}")
-        log.info("[prism] dialect %s (--dialect; the pack says %s)", dialect, pack.dialect)
-        pack = replace(pack, dialect=dialect, dialect_origin="--dialect")
+    if family:  # --family overrides the pack and the template's markers
+        if family not in families.NAMES:
+            raise PackError(f"unknown family {family!r}; one of {', '.join(families.NAMES)}")
+        log.info("[prism] family %s (--family; the pack says %s)", family, pack.family)
+        pack = replace(pack, family=family, family_origin="--family")
     return pack

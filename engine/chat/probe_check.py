@@ -60,8 +60,8 @@ class Verdict:
         return self.probe.why or self.failure
 
 
-def _calls(text: str, dialect: str, chunks: list[int] | None, stream: bool) -> tuple:
-    parser = OutputParser(start=CONTENT, dialect=dialect, tools=_tool_list(), id_prefix="",
+def _calls(text: str, family: str, chunks: list[int] | None, stream: bool) -> tuple:
+    parser = OutputParser(start=CONTENT, family=family, tools=_tool_list(), id_prefix="",
                           stream_tools=stream)
     events = []
     if chunks is None:
@@ -94,14 +94,14 @@ def _chunkings(text: str) -> list[tuple[str, list[int] | None]]:
     return out
 
 
-def reads(dialect: str, text: str, expected: tuple) -> str:
-    """"" when `dialect` reads `text` as exactly the calls `expected` ((name, arguments), …)
+def reads(family: str, text: str, expected: tuple) -> str:
+    """"" when `family` reads `text` as exactly the calls `expected` ((name, arguments), …)
     and nothing else, at every chunking, stream_tools off and on; else what went wrong."""
     want = tuple((n, dict(a)) for n, a in expected)
     for how, chunks in _chunkings(text):
         for stream in (False, True):
             try:
-                got, left = _calls(text, dialect, chunks, stream)
+                got, left = _calls(text, family, chunks, stream)
             except Exception as exc:  # a reader that raises is a failed test, said as such
                 return f"{how}: the reader failed ({type(exc).__name__}: {exc})"
             if got != want or left:
@@ -110,24 +110,24 @@ def reads(dialect: str, text: str, expected: tuple) -> str:
     return ""
 
 
-def self_test(dialect: str, found: Probe) -> str:
-    """"" when `dialect` reads every call text the template rendered exactly; else why."""
+def self_test(family: str, found: Probe) -> str:
+    """"" when `family` reads every call text the template rendered exactly; else why."""
     for label, calls, text in found.calls:
         if not text:
             continue
-        why = reads(dialect, text, calls)
+        why = reads(family, text, calls)
         if why:
             return f"{label}: {why}"
     return ""
 
 
-def _writes_back(fam: registry.Family, dialect: str, found: Probe) -> bool:
-    """Whether `dialect` reads `fam`'s writer's calls (the probe's) as `fam` writes them."""
+def _writes_back(fam: registry.Family, family: str, found: Probe) -> bool:
+    """Whether `family` reads `fam`'s writer's calls (the probe's) as `fam` writes them."""
     for _label, calls, text in found.calls:
         if not text:
             continue
         tcs = [ToolCall(f"call_{i}", n, dict(a), i) for i, (n, a) in enumerate(calls)]
-        if reads(dialect, fam.writer.write_calls(tcs), calls):
+        if reads(family, fam.writer.write_calls(tcs), calls):
             return False
     return True
 

@@ -66,7 +66,7 @@ class ChatRequest:
     grammar: optional GBNF text to constrain generation (tests, structured output).
     tool_choice: "auto" (the model decides), "none" (tools left out), "required" (a call to
     any tool) or "function" (a call to `tool_name`); the last two are enforced with a grammar
-    in the pack's tool-call dialect (engine/grammar/).
+    in the pack's tool-call family (engine/grammar/).
     parallel_calls: False when the client allows one call per reply (OpenAI's
     `parallel_tool_calls: false`, Anthropic's `disable_parallel_tool_use: true`): the client
     gets the first complete call only (engine/parse/filters.py, `FirstCallOnly`), and a forced
@@ -77,7 +77,7 @@ class ChatRequest:
     reasoning_budget: the most tokens the reasoning may hold before the family's close is
     forced (engine/chat/budget.py); 0: no reasoning; None: the server's --reasoning-budget.
     api: the client it came from, for the request log ("openai", "anthropic", "responses",
-    "gui", "replay"). Not to be confused with the pack's tool-call dialect.
+    "gui", "replay"). Not to be confused with the pack's tool-call family.
     """
 
     messages: tuple[Message, ...]

@@ -47,10 +47,10 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import SecurityError
 
-from engine.chat import detect as families
+from engine.chat import detect
 from engine.chat.request import Message
 from engine.chat.sandbox import ENV, Raised, freeze
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.families.common import FULL, skip_ws
 from engine.parse.markers import CALL_CLOSE, CALL_OPEN, THINK_CLOSE, THINK_OPEN
 
@@ -76,9 +76,9 @@ class ChatTemplate:
     those requests with it, and so does `render`."""
 
     def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "",
-                 dialect: str = "auto", tool_source: str = "") -> None:
+                 family: str = "auto", tool_source: str = "") -> None:
         self.source = source
-        self.dialect = dialect  # whose calls history repair looks for
+        self.family = family  # whose calls history repair looks for
         self.bos_token = bos_token
         self.eos_token = eos_token
         try:
@@ -86,7 +86,7 @@ class ChatTemplate:
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc}") from exc
         self.tool_use = (ChatTemplate(tool_source, bos_token=bos_token, eos_token=eos_token,
-                                      dialect=dialect)
+                                      family=family)
                          if tool_source.strip() and tool_source != source else None)
 
     def render(
@@ -133,7 +133,7 @@ class ChatTemplate:
         # always): the variable is defined either way, so `tools is defined` holds and
         # `tools is not none` tells them apart, as in transformers (Llama 3.x, Mistral, Granite).
         tool_list = [dict(t) for t in tools] or None
-        messages = self._merge_system(repair_history(messages, self.dialect))
+        messages = self._merge_system(repair_history(messages, self.family))
         if not continue_final or not messages or messages[-1].role != "assistant":
             return self._render(messages, tool_list, add_generation_prompt, variables)
         final = messages[-1]
@@ -307,10 +307,10 @@ def _string_call(call: dict) -> dict:
 
 
 def _is_opener(after_tag: str) -> bool:
-    """After `<tool_call>` and optional whitespace: a dialect's opener (`<function=` for Qwen
-    XML, `{"name"` for Hermes JSON), decided by the dialects themselves, as the parser does."""
+    """After `<tool_call>` and optional whitespace: a family's opener (`<function=` for Qwen
+    XML, `{"name"` for Hermes JSON), decided by the families themselves, as the parser does."""
     j = skip_ws(after_tag, 0)
-    return j >= 0 and dialects.opener_family("auto", after_tag, j)[0] == FULL
+    return j >= 0 and families.opener_family("auto", after_tag, j)[0] == FULL
 
 
 def find_call_start(reasoning: str) -> int:
@@ -373,11 +373,11 @@ def repair_message(message: Message) -> Message:
     return message if content is None else dataclasses.replace(message, content=content)
 
 
-def repair_history(messages: Iterable[Message], dialect: str = "auto") -> tuple[Message, ...]:
+def repair_history(messages: Iterable[Message], family: str = "auto") -> tuple[Message, ...]:
     """Every assistant turn whose thinking swallowed a tool call, closed before the call. The
-    model families other than Qwen / Hermes (`dialect`) are repaired by engine/chat/detect.py,
+    model families other than Qwen / Hermes (`family`) are repaired by engine/chat/detect.py,
     with their own markers."""
-    fam = dialects.get(dialect)
+    fam = families.get(family)
     if fam is not None and not fam.fallback:
-        return tuple(families.repair_message(m, dialect) for m in messages)
+        return tuple(detect.repair_message(m, family) for m in messages)
     return tuple(repair_message(m) for m in messages)

@@ -1,6 +1,6 @@
 """Grammars that make the model call a tool: `tool_choice` "required" or one named function.
 
-Owns `forced_call(dialect, tools, name, reasoning, tokens)`, the GBNF text the llama engine
+Owns `forced_call(family, tools, name, reasoning, tokens)`, the GBNF text the llama engine
 samples under, written in the pack's own call format for every family, so that the one output
 parser reads the result as it reads any call (docs/design.md, section 4 "The parser";
 llama.cpp's server builds the same kind of grammar for `tool_choice`), and `request_grammar`,
@@ -73,40 +73,40 @@ FORMATS: dict[str, CallGrammar] = {
 FORMATS["auto"] = FORMATS["hermes-json"]
 
 
-def grammar_of(dialect: str) -> CallGrammar | None:
-    """The forced-call grammar of `dialect`: a written family's, or one derived from a
+def grammar_of(family: str) -> CallGrammar | None:
+    """The forced-call grammar of `family`: a written family's, or one derived from a
     template at run time (registered after this table was built), None without one."""
-    if dialect in FORMATS:
-        return FORMATS[dialect]
-    fam = get(dialect)
+    if family in FORMATS:
+        return FORMATS[family]
+    fam = get(family)
     return fam.grammar if fam is not None else None
 
 log = logging.getLogger("prism")
 
 
 
-def _reasoning(dialect: str) -> tuple[str, str] | None:
+def _reasoning(family: str) -> tuple[str, str] | None:
     """(closer, what follows it before a call) of the family's reasoning, None without one:
     what its writer writes after the closer (Harmony's next message, `<think>`'s blank line)."""
-    fam = get("hermes-json" if dialect == "auto" else dialect)
+    fam = get("hermes-json" if family == "auto" else family)
     closer = fam.markers.think_close if fam is not None else None
     if not closer:
         return None
     return closer, fam.writer.reasoning_close.partition(closer)[2]
 
 
-def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
+def forced_call(family: str, tools: tuple[dict, ...], name: str | None = None,
                 reasoning: bool = False, tokens: Mapping[str, int] | None = None,
                 several: bool = True) -> str:
-    """GBNF for a reply that is tool calls only, in `dialect`'s format: to `name` (one call),
+    """GBNF for a reply that is tool calls only, in `family`'s format: to `name` (one call),
     or to any of `tools` (one or more where the family allows and `several`, else one).
     `tokens`: the special tokens (text -> id) the markup references as tokens. Raises
     ValueError when no tool matches, GrammarTooLarge (a ValueError naming the tool, or
     `tools`) when the grammar would exceed bounds.GRAMMAR_BYTES. Bounds a schema's grammar
     cannot keep (bounds.py) are relaxed and logged."""
-    fmt = grammar_of(dialect)
+    fmt = grammar_of(family)
     if fmt is None:
-        raise KeyError(dialect)
+        raise KeyError(family)
     w = Writer(tokens or {})
     calls = []
     for i, tool in enumerate(tools):
@@ -128,7 +128,7 @@ def forced_call(dialect: str, tools: tuple[dict, ...], name: str | None = None,
         body = f"{PREFIX}-any ({sep}{PREFIX}-any)*"
     if fmt.open or fmt.close:
         body = f"{w.seq(fmt.open)} {body} {w.seq(fmt.close)}"
-    think = _reasoning(dialect) if reasoning else None
+    think = _reasoning(family) if reasoning else None
     if think is not None:
         closer, after = think
         body = f"{w.until(closer, f'{PREFIX}-think')} {w.seq(closer + after)} {body}"
@@ -173,23 +173,23 @@ def special_ids(engine, texts: Iterable[str]) -> dict[str, int]:
 FORCED = frozenset({"required", "function"})
 
 
-def request_grammar(request, dialect: str, start: str, engine=None) -> str | None:
+def request_grammar(request, family: str, start: str, engine=None) -> str | None:
     """The grammar a request's job samples under: a forced call's when its tool_choice
     forces one (it wins over a response format: a call is not a JSON answer), else its own.
     `engine`: whose vocabulary's special tokens the call markup references."""
     if request.tool_choice in FORCED and request.tools:
-        if grammar_of(dialect) is not None:
+        if grammar_of(family) is not None:
             # The family's preserved tokens (engine/chat/detect.py), which the engine renders as
             # text: a marker the vocabulary has as a token is sampled as that token.
             from engine.chat.detect import preserved_tokens
 
-            tokens = special_ids(engine, preserved_tokens(dialect)) if engine else {}
-            return forced_call(dialect, request.tools, request.tool_name,
+            tokens = special_ids(engine, preserved_tokens(family)) if engine else {}
+            return forced_call(family, request.tools, request.tool_name,
                                reasoning=start == "reasoning", tokens=tokens,
                                several=getattr(request, "parallel_calls", True))
         log.warning("[prism] tool_choice %r is not enforced: no call grammar for the %s "
                     "format, so the model is asked to call, not forced",
-                    request.tool_name or request.tool_choice, dialect)
+                    request.tool_name or request.tool_choice, family)
     return request.grammar
 
 
@@ -216,20 +216,20 @@ class CallGuard:
         return at if at is not None else self._parser.call_pending_at
 
 
-def request_guard(request, dialect: str, parser, engine=None, default: bool = True):
+def request_guard(request, family: str, parser, engine=None, default: bool = True):
     """The call guard for a request, or None: only under tool_choice "auto" with tools declared
     (a forced call has its grammar, "none" no calls), no other grammar of its own (a response
     format), a family with a call grammar, and the guard on (the request's `guard_calls`, else
     `default`: the server's --no-guard-calls)."""
     on = request.guard_calls if request.guard_calls is not None else default
     if (not on or not request.tools or request.tool_choice != "auto" or request.grammar
-            or grammar_of(dialect) is None):
+            or grammar_of(family) is None):
         return None
     from engine.chat.detect import preserved_tokens
 
-    tokens = special_ids(engine, preserved_tokens(dialect)) if engine else {}
+    tokens = special_ids(engine, preserved_tokens(family)) if engine else {}
     try:
-        grammar = forced_call(dialect, request.tools, tokens=tokens, several=False)
+        grammar = forced_call(family, request.tools, tokens=tokens, several=False)
     except GrammarTooLarge as e:
         log.warning("[prism] tool calls are not guarded for this request: %s", e)
         return None

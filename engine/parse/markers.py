@@ -2,8 +2,9 @@
 
 Owns the reasoning and call tags written by the Qwen3 / Hermes families: `<think>` opens the
 reasoning, `</think>` ends it, `<tool_call>` opens a call body and `</tool_call>` ends it; and
-`Markers`, the shape in which every family (engine/dialects) names its own tags for the parser.
-The dialects own what may follow a call opener; the parser (engine/parse/parser.py) and history
+`Markers`, the shape in which every family (engine/parse/families) names its own tags for the
+parser.
+The families own what may follow a call opener; the parser (engine/parse/parser.py) and history
 repair (engine/chat/template.py) read these names, never the literals. Constants only; any thread
 may read them.
 """

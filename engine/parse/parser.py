@@ -11,12 +11,12 @@ The rules (docs/design.md, section 4 "The parser", which gives the reasoning beh
 2. `</think>` in reasoning ends it. Newlines right before or after a tag belong to the tag.
 3. In reasoning, `<tool_call>` starts a real call (an implicit end of the thinking) only at the
    start of the reasoning or right after `\\n`, outside a ``` / ~~~ fence, and when the
-   dialect's opener follows after whitespace. Undecided text is held back. A call opened this
+   family's opener follows after whitespace. Undecided text is held back. A call opened this
    way that never completes goes back to reasoning, verbatim.
 4. In content, `<tool_call>` + opener starts a call unless inside a fence or inline backticks
    (in the reasoning too; a code span that quotes call markup runs on over line ends);
    so does a bare `<function=` (Qwen XML) at a line start, a `repaired_call` if it completes.
-   Calls that needed repairs (engine/dialects) count `repaired_call` once, naming them.
+   Calls that needed repairs (engine/parse/families) count `repaired_call` once, naming them.
 5. A stray `</think>` in content is dropped (anomaly) and the answer streams on.
 6. Only a suffix that could still become a tag (or an opener after one) is held; decided text
    is never rescanned, so cost is linear.
@@ -28,7 +28,7 @@ The rules (docs/design.md, section 4 "The parser", which gives the reasoning beh
 Fence, inline-code and line-start tracking live in engine/parse/quoting.py (`Quoting`); the tags in
 engine/parse/markers.py; what a tag start turns out to be in engine/parse/parser_tags.py
 (`TagStates`); an open call in engine/parse/parser_calls.py (`CallStates`); the call bodies in
-engine/dialects.
+engine/families.
 
 Shortcuts taken on purpose: `</think>` ends reasoning even inside a code fence (it is one
 special token for the models that use it, and an unclosed fence must not swallow the answer);
@@ -42,7 +42,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.events import CONTENT, MARKUP, REASONING, Event
 from engine.parse.families import qwen_xml
 from engine.parse.families.common import FULL, PREFIX, match_literal, tool_schemas
@@ -61,7 +61,7 @@ class OutputParser(CallStates, TagStates):
     def __init__(
         self,
         start: str = REASONING,
-        dialect: str = "auto",
+        family: str = "auto",
         tools=(),
         stream_tools: bool = False,
         id_prefix: str | None = None,
@@ -69,12 +69,12 @@ class OutputParser(CallStates, TagStates):
     ) -> None:
         if start not in (REASONING, CONTENT):
             raise ValueError(f"start must be 'reasoning' or 'content', not {start!r}")
-        if not dialects.known(dialect):
-            raise ValueError(f"dialect must be one of {', '.join(dialects.NAMES)}")
-        self.dialect = dialect
+        if not families.known(family):
+            raise ValueError(f"family must be one of {', '.join(families.NAMES)}")
+        self.family = family
         self.stream_tools = stream_tools
         # The family's tags; the scan stops at their first characters, newlines and backticks.
-        self._mk = mk = dialects.markers(dialect)
+        self._mk = mk = families.markers(family)
         if mk.think_close is None:
             start = CONTENT  # a family without reasoning (Llama) answers from the start
         self._starts = mk.starts()
@@ -94,7 +94,7 @@ class OutputParser(CallStates, TagStates):
         # then a call to any tool is `unknown_tool`. False when nothing is known (prism parse).
         self._tools_declared = tools_declared
         self._prefix = secrets.token_hex(4) if id_prefix is None else id_prefix
-        fam = dialects.get(dialect)
+        fam = families.get(family)
         self._id_form = (fam.call_id if fam is not None and fam.call_id is not None
                          else default_call_id)  # the form of the ids this parser makes
         self._out: list[Event] = []
@@ -117,7 +117,7 @@ class OutputParser(CallStates, TagStates):
         self._handoff: tuple[str, int, int] | None = None  # a call's body, set with Tag.CALL
         self._pending = -1  # index in _buf of a tag `_tag` held back as undecided (-1: none)
         self._pending_set: frozenset[str] = frozenset()  # what may still follow it, undecided
-        self._bare_calls = dialect in ("auto", qwen_xml.NAME)  # a bare `<function=` is a call
+        self._bare_calls = family in ("auto", qwen_xml.NAME)  # a bare `<function=` is a call
         self._frames = bool(mk.markup or mk.reopen or mk.frame)  # it has message-frame tags
         # call state
         self._call = None

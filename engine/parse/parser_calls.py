@@ -1,7 +1,7 @@
 """The call state of the output parser: a tool call's body, from its opener to its end.
 
 Owns `CallStates`, the half of `OutputParser` (engine/parse/parser.py) that runs while a call is
-open: it hands the body to the dialect's `CallParser` in bounded windows, turns the dialect's
+open: it hands the body to the family's `CallParser` in bounded windows, turns the family's
 streamed items into `tool_start` / `tool_args` events, and ends the call (a `tool_call` event,
 with `unknown_tool` / `implicit_reasoning_end` / `repaired_call` where they apply) or fails it
 (its raw text goes back to the channel it came from, with `unfinished_call` or

@@ -3,7 +3,7 @@ a decided tag does.
 
 Owns `Tag` and `TagStates`, the half of `OutputParser` (engine/parse/parser.py) that decides a tag
 start (`<` for the `<think>` families) once the scan reaches it: the reasoning closer (rule 2;
-rule 5 for a stray one), a call opener followed by a dialect's opener (rules 3 and 4, handed to
+rule 5 for a stray one), a call opener followed by a family's opener (rules 3 and 4, handed to
 engine/parse/parser_calls.py), a family's message-frame tag (Harmony's), ordinary text, or undecided
 (held back, with the prefixes that keep it undecided memoised so a long tag fed a character at
 a time is not decided again per character, rule 6). Rules: docs/design.md, section 4. Same
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from enum import Enum
 
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.events import ANOMALY, CONTENT, MARKUP, REASONING, STRAY_THINK_END, Event
 from engine.parse.families import qwen_xml
 from engine.parse.families.common import FULL, PREFIX, match_literal, skip_ws
 
-# (dialect, which tags `_tag` tried) -> every text that is only the start of one of them
+# (family, which tags `_tag` tried) -> every text that is only the start of one of them
 _PREFIXES: dict[tuple, frozenset[str]] = {}
 
 
@@ -44,7 +44,7 @@ class Tag(Enum):
     HOLD = "hold"  # undecided: hold the text from here (and the newlines before) back
     TEXT = "text"  # ordinary text
     TAG = "tag"  # a tag was consumed and the state changed; scan on after it
-    CALL = "call"  # a call began: its body is handed to the dialect's reader
+    CALL = "call"  # a call began: its body is handed to the family's reader
 
 
 _HOLD, _TEXT, _TAG, _CALL = Tag.HOLD, Tag.TEXT, Tag.TAG, Tag.CALL
@@ -94,7 +94,7 @@ class TagStates:
                     if j == len(buf):
                         undecided = True
                     elif j >= 0:
-                        found, mod = dialects.opener_family(self.dialect, buf, j)
+                        found, mod = families.opener_family(self.family, buf, j)
                         if found == FULL:
                             self._handoff = self._open_call(
                                 i, mod, opener=opener, keep=opener in mk.body_openers)
@@ -139,7 +139,7 @@ class TagStates:
         begins with that opener, less it (`all\\n`, its answer), as if the opener preceded."""
         mk = self._mk
         self._at_start = False
-        found, mod = dialects.opener_family(self.dialect, buf, i)
+        found, mod = families.opener_family(self.family, buf, i)
         if found == FULL:
             self._handoff = self._open_call(i, mod, keep=True)
             return _CALL
@@ -159,7 +159,7 @@ class TagStates:
     def _hold(self, i: int, key: tuple[bool, bool, bool, bool]) -> None:
         """`_tag` holds the text from buf[i]: note which tags it tried, for `_still_pending`."""
         self._pending = i
-        full = (self.dialect, key)
+        full = (self.family, key)
         prefixes = _PREFIXES.get(full)
         if prefixes is None:
             prefixes = _PREFIXES[full] = _tag_prefixes(self._mk, key)

@@ -27,7 +27,7 @@ class Reading:
     """How one output is read.
 
     start: "reasoning" or "content", where the rendered prompt left the model.
-    family: the parser's dialect (engine/parse/families), the model family's syntax.
+    family: the model family the parser reads (engine/parse/families): its output syntax.
     tools: the declared tools, OpenAI-style dicts (schema typing of call arguments).
     tools_declared: the request said which tools it offers, even none (a server request); a
         call to any other is then `unknown_tool`. False when nothing is known (`prism parse`,
@@ -58,7 +58,7 @@ class Reading:
     def parser(self, id_prefix: str | None = None) -> OutputParser:
         """A new parser for one output read this way. `id_prefix` fixes the call ids (a
         re-parse and a fixture must not differ by them); None draws random ones."""
-        return OutputParser(start=self.start, dialect=self.family, tools=self.tools,
+        return OutputParser(start=self.start, family=self.family, tools=self.tools,
                             stream_tools=self.stream_tools, id_prefix=id_prefix,
                             tools_declared=self.tools_declared)
 

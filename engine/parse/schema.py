@@ -1,7 +1,7 @@
 """Schema typing of tool-call values: which JSON types a parameter allows, and the raw text of a
 value read as one of them.
 
-Owns the one reading of a tool's `parameters` JSON schema that the call dialects need: the set
+Owns the one reading of a tool's `parameters` JSON schema that the call families need: the set
 of JSON types a parameter accepts (through `type` strings and lists, `anyOf` / `oneOf` /
 `allOf`, local `$ref`s into `$defs` / `definitions`, `enum`, `const` and OpenAPI's `nullable`),
 the names it declares, and `convert()`, which types one raw value. Pure functions; the one
@@ -172,7 +172,7 @@ def streams_raw(types: frozenset[str] | None) -> bool:
 def raw_is_final(types: frozenset[str] | None, text: str) -> bool:
     """For a type set that allows a string and also null, a container or a scalar: once the
     value begins with `text` (one leading newline already stripped), is it sure to stay the
-    raw string? Lets the dialect stream an `Optional[str]` value as it is written after a few
+    raw string? Lets the family stream an `Optional[str]` value as it is written after a few
     characters."""
     if types is None or STRING not in types:
         return False

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.events import (
     ANOMALY,
     EXTRA_TOOL_CALL,
@@ -135,7 +135,7 @@ def _pack_family(name: str) -> str:
         from engine.chat.packs import builtin_packs
 
         spec = builtin_packs().get(name)
-        return spec.dialect if spec is not None else "auto"
+        return spec.family if spec is not None else "auto"
     except Exception:  # a pack we cannot read: "auto" reads both <tool_call> families
         return "auto"
 
@@ -144,7 +144,7 @@ def reparse(req: RecordedRequest, fallback_family: str = "auto") -> list[Event]:
     """The request's output read as its reading says (the family `fallback_family` where the
     file names one this version does not know), in one chunk."""
     reading = req.reading
-    if not dialects.known(req.dialect):
+    if not families.known(req.family):
         reading = replace(reading, family=fallback_family)
     parser, chain = reading.parser(id_prefix="ledger"), Chain(reading.filters())
     evs = chain.feed(parser.feed(req.text))
@@ -209,7 +209,7 @@ def reply_of(req: RecordedRequest, info: ModelInfo, source: str = "",
         return found
 
     verdict = judge() if events is not None else None
-    family = req.reading.family if dialects.known(req.dialect) and req.dialect else info.family
+    family = req.reading.family if families.known(req.family) and req.family else info.family
     keys = {"model": info.file, "quant": info.quant, "family": family or UNKNOWN,
             "template": info.template, "engine": info.engine}
     ttft, rate = _figures(req)

@@ -63,10 +63,10 @@ def family_name(pack: Pack) -> str:
     """The pack's family as a recording names it: a derived format with its record's
     description (`derived:python-list (derived from the template (python list in …))`), so that
     the ledger groups two derived formats of one shape apart."""
-    if not pack.dialect:
+    if not pack.family:
         return UNKNOWN
-    label = format_label(pack.dialect)
-    return f"{pack.dialect} ({label})" if label != pack.dialect else pack.dialect
+    label = format_label(pack.family)
+    return f"{pack.family} ({label})" if label != pack.family else pack.family
 
 
 def describe(pack: Pack, engine: str = LOCAL, model: str = "") -> ModelInfo:

@@ -16,7 +16,7 @@ Format, version 1 (one JSON object per line):
 
     {"format": "prism-session", "version": 1, "created": iso8601, "model": str, "pack": str}
     {"type": "request", "id", "t", "request": {...}, "prompt", "start_state", "api",
-     "dialect", "stream_tools", "tools": [...], "reading": {...}}
+     "family", "stream_tools", "tools": [...], "reading": {...}}
     {"type": "token", "id", "i", "tok", "text", "t", ["top": [[text, logprob], ...]],
      ["guided": text], ["forced": true]}
     {"type": "finish", "id", "reason", "timings": {...}, "result": {...} | null, ["error"],
@@ -62,7 +62,7 @@ the pipeline shows a `reasoning_budget` event where the first of them stands.
 
 A request's `reading` is how its output is read (engine/parse/reading.py, `Reading.to_dict`):
 the parser's settings and the request's policy (one call per reply, calls as text). Files
-written before it existed have none; their reading is rebuilt from `start_state`, `dialect`,
+written before it existed have none; their reading is rebuilt from `start_state`, `family`,
 `stream_tools`, `tools` and the request, as every player rebuilt it then. Those fields are still
 written, for readers that predate `reading`.
 
@@ -90,7 +90,7 @@ from engine.backends.base import Finish, PrefixMatch, Timings, Token
 from engine.chat.request import STREAM_TOOLS, ChatRequest, Message, Sampling, one_call_only
 from engine.chat.special import PromptMarks
 from engine.parse.events import ParseResult
-from engine.parse.families import NAMES as DIALECTS
+from engine.parse.families import NAMES as FAMILIES
 from engine.parse.reading import Reading
 from engine.record.forensics import prefix_from_dict, prefix_to_dict
 
@@ -134,7 +134,7 @@ class OutputSummary:
 @dataclass(frozen=True, slots=True)
 class RecordedRequest:
     """One recorded request. `reading` is how its output was read (rebuilt for older files);
-    `dialect` is the family as the file names it ("" in the oldest files, and possibly one this
+    `family` is the family as the file names it ("" in the oldest files, and possibly one this
     version does not know), so a player can tell when to fall back to the pack's."""
 
     id: str
@@ -147,7 +147,7 @@ class RecordedRequest:
     result: dict | None = None
     api: str = ""  # the client the request came from (openai, anthropic, gui, ...)
     t: float = 0.0
-    dialect: str = ""  # the tool-call dialect it was parsed with ("" in older files)
+    family: str = ""  # the family it was parsed with ("" in older files)
     error: str | None = None
     content_specials: tuple[tuple[int, int], ...] = ()  # special tokens from message content
     special_escaped: bool = False  # tokenized as text (--escape-special)
@@ -252,28 +252,31 @@ def request_from_dict(d: dict) -> ChatRequest:
     return ChatRequest(messages=messages, sampling=sampling, **d)
 
 
-def _api_and_dialect(rec: dict) -> dict[str, str]:
-    """A request record's client (`api`) and tool-call dialect. Files written before the
-    client was named `api` call it `dialect` and the tool-call dialect `parser_dialect` (the
-    earliest have only `dialect`, holding the tool-call dialect)."""
+def _api_and_family(rec: dict) -> dict[str, str]:
+    """A request record's client (`api`) and model family. The family was once called the
+    dialect, so older files name it `dialect` next to `api`; files older still, written before
+    the client was named `api`, call the client `dialect` and the family `parser_dialect` (the
+    earliest have only `dialect`, holding the family)."""
+    if "family" in rec:
+        return {"api": str(rec.get("api", "")), "family": str(rec["family"])}
     if "api" in rec:
-        return {"api": str(rec["api"]), "dialect": str(rec.get("dialect", ""))}
+        return {"api": str(rec["api"]), "family": str(rec.get("dialect", ""))}
     old = str(rec.get("dialect", ""))
     parser = str(rec.get("parser_dialect", ""))
-    if not parser and old in DIALECTS:
-        return {"api": str(rec["request"].get("dialect", "")), "dialect": old}
-    return {"api": old, "dialect": parser}
+    if not parser and old in FAMILIES:
+        return {"api": str(rec["request"].get("dialect", "")), "family": old}
+    return {"api": old, "family": parser}
 
 
-def _old_reading(rec: dict, dialect: str) -> Reading:
+def _old_reading(rec: dict, family: str) -> Reading:
     """The reading of a request record written before records held one: what the service,
     the playback and the re-parse each rebuilt from its fields then (a recorded request declared
     its tools, even none). A family this version does not know reads as "auto"; players see the
-    recorded name in `RecordedRequest.dialect` and fall back to the pack's."""
+    recorded name in `RecordedRequest.family` and fall back to the pack's."""
     request = dict(rec["request"])  # not an object: damage, as the record's own check says
     return Reading(
         start=str(rec.get("start_state", "content")),
-        family=dialect if dialect in DIALECTS else "auto",
+        family=family if family in FAMILIES else "auto",
         tools=tuple(rec.get("tools") or ()),
         tools_declared=True,
         stream_tools=bool(rec.get("stream_tools", STREAM_TOOLS)),
@@ -378,7 +381,7 @@ class Recorder:
         *,
         start_state: str = "content",
         api: str = "",
-        dialect: str = "",
+        family: str = "",
         stream_tools: bool = STREAM_TOOLS,
         tools: tuple[dict, ...] | list[dict] = (),
         t0: float | None = None,
@@ -386,9 +389,9 @@ class Recorder:
         reading: Reading | None = None,
     ) -> None:
         """A request record. With `reading` (the service's), the request is recorded with
-        it, and `start_state`, `dialect`, `stream_tools` and `tools` are the reading's."""
+        it, and `start_state`, `family`, `stream_tools` and `tools` are the reading's."""
         if reading is not None:
-            start_state, dialect = reading.start, reading.family
+            start_state, family = reading.start, reading.family
             stream_tools, tools = reading.stream_tools, reading.tools
         t0 = time.perf_counter() if t0 is None else t0
         with self._lock:
@@ -402,7 +405,7 @@ class Recorder:
                 "prompt": prompt,
                 "start_state": start_state,
                 "api": api,
-                "dialect": dialect,
+                "family": family,
                 "stream_tools": stream_tools,
                 "tools": list(tools),
                 **({"reading": reading.to_dict()} if reading is not None else {}),
@@ -572,12 +575,12 @@ class _Builder:
             rid = str(rec["id"])
             if rid in self.fields:
                 raise ValueError(f"duplicate request id {rid!r}")
-            names = _api_and_dialect(rec)
+            names = _api_and_family(rec)
             if isinstance(rec.get("reading"), dict):
                 reading = Reading.from_dict(rec["reading"])
-                names["dialect"] = reading.family
+                names["family"] = reading.family
             else:
-                reading = _old_reading(rec, names["dialect"])
+                reading = _old_reading(rec, names["family"])
             fields = {
                 "id": rid,
                 "request": dict(rec["request"]),

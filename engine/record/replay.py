@@ -7,7 +7,7 @@ a replay from a live model, which is the point: demos, tests and bug reports wit
 Sources, in order, each giving one or more outputs:
 - a Prism recording (engine/record/recording.py; recognised by its header line, whatever the file is
   called): one output per recorded request, in file order, with the recorded token texts,
-  ids, times and finish reason, the conversation it answered, and the start state and dialect
+  ids, times and finish reason, the conversation it answered, and the start state and family
   it was parsed with. A damaged recording plays what precedes the damage (a warning is
   logged); a request the file ends before plays what was recorded and finishes with "length",
   and so does one a stopping server cut (`"cancelled_by": "shutdown"`): the client that sent it
@@ -22,10 +22,10 @@ Which output a job gets: the service calls `prepare(job, request)` before submit
 recorded output goes to the request with the same conversation (roles, texts and tool calls,
 not call ids or reasoning), else to one with the same last user message, the first unused in
 order (once all are used, the last match again); the service then parses it with its recorded
-start state and dialect. Outputs with no conversation (plain text, recorded requests without
+start state and family. Outputs with no conversation (plain text, recorded requests without
 messages) are dealt in order, the last one repeating; with `tools_only` only to requests that
 declare tools. With `calls_need_tools` (`prism serve`'s default; `--replay-strict-order` turns
-it off) a plain-text output that holds a tool call (read in `dialect`) waits for the next
+it off) a plain-text output that holds a tool call (read in `family`) waits for the next
 request that declares tools: opencode sends a title request with no tools beside its first
 turn, and a title that takes the call leaves the agent with nothing to run (issue 24, item 3).
 A request that matches nothing is refused in `prepare` with `ReplayMiss`, before anything is
@@ -65,7 +65,7 @@ from pathlib import Path
 from engine.backends.base import Job, Timings, Token
 from engine.backends.queued import QueuedEngine, StopGate
 from engine.chat.request import ChatRequest
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.events import TOOL_CALL
 from engine.parse.reading import Reading
 from engine.record.recording import SHUTDOWN, is_recording, load_recording, request_to_dict
@@ -84,10 +84,10 @@ class ReplayMiss(ValueError):
     `prepare`, before the job is queued: the API answers it as a 400 (app/api/errors.py)."""
 
 
-def holds_call(text: str, dialect: str = "auto") -> bool:
-    """Whether a whole plain-text output holds a tool call, read in `dialect` from the
+def holds_call(text: str, family: str = "auto") -> bool:
+    """Whether a whole plain-text output holds a tool call, read in `family` from the
     reasoning (as a thinking model's answer begins: a call written there is still a call)."""
-    parser = Reading(family=dialect).parser()
+    parser = Reading(family=family).parser()
     return any(ev.kind == TOOL_CALL for ev in parser.feed(text) + parser.finish())
 
 
@@ -121,7 +121,7 @@ def _last_user(turns: tuple[tuple, ...]) -> str | None:
 class ReplayOutput:
     """One output to play: tokens with `t` = seconds since the request started. An output from
     a recording also carries the conversation it answered (for matching) and the start state
-    and dialect it was parsed with."""
+    and family it was parsed with."""
 
     tokens: tuple[Token, ...]
     reason: str = "stop"
@@ -129,7 +129,7 @@ class ReplayOutput:
     source: str = ""
     turns: tuple[tuple, ...] = ()  # () for plain text, or a recorded request without messages
     start_state: str | None = None  # None: plain text, parsed as the pack says
-    dialect: str = ""
+    family: str = ""
 
     @property
     def text(self) -> str:
@@ -167,7 +167,7 @@ def load_outputs(path: Path | str) -> tuple[list[ReplayOutput], str]:
             # Read as it was read when recorded: its reading's start and family (a family
             # the file does not name, or this version does not know: the pack's).
             start_state=req.reading.start,
-            dialect=req.reading.family if dialects.known(req.dialect) else "",
+            family=req.reading.family if families.known(req.family) else "",
         ))
     return outs, session.model
 
@@ -186,7 +186,7 @@ class ReplayEngine(QueuedEngine):
         pause: Callable[[threading.Event, float], object] = threading.Event.wait,
         tools_only: bool = False,
         calls_need_tools: bool = False,
-        dialect: str = "auto",
+        family: str = "auto",
         tokenizer: Callable[[str], Sequence[int]] | None = None,
         counts_estimated: bool | None = None,
     ):
@@ -210,7 +210,7 @@ class ReplayEngine(QueuedEngine):
         self.tools_only = tools_only
         # Plain-text outputs holding a call, which wait for a request with tools (indices).
         self._calls = (frozenset(i for i, o in enumerate(outputs)
-                                 if o.start_state is None and holds_call(o.text, dialect))
+                                 if o.start_state is None and holds_call(o.text, family))
                        if calls_need_tools else frozenset())
         self._tokenizer = tokenizer
         # A given tokenizer counts as the model would, unless the caller says it is another
@@ -242,7 +242,7 @@ class ReplayEngine(QueuedEngine):
 
     def prepare(self, job: Job, request: ChatRequest) -> tuple[str, str] | None:
         """Choose the job's output for this request (see the module docstring) and return the
-        (start state, dialect) a recorded one was parsed with ("" dialect: the pack's), so the
+        (start state, family) a recorded one was parsed with ("" family: the pack's), so the
         service parses it as it was parsed live; None for plain text. Raises ReplayMiss when
         no output answers the request."""
         with self._lock:
@@ -251,7 +251,7 @@ class ReplayEngine(QueuedEngine):
                 raise ReplayMiss(choice)
             self._chosen[job] = choice
         if choice.start_state:
-            return choice.start_state, choice.dialect
+            return choice.start_state, choice.family
         return None
 
     def _choose(self, request: ChatRequest) -> ReplayOutput | str:

@@ -65,10 +65,10 @@ def xml_call(name: str, **params) -> str:
     return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
 
 
-def oracle(text: str, *, start: str = "reasoning", dialect: str = "qwen-xml", tools=(),
+def oracle(text: str, *, start: str = "reasoning", family: str = "qwen-xml", tools=(),
            reason: str = "stop"):
-    """What the parser makes of a whole output: the expected result of every dialect."""
-    p = OutputParser(start=start, dialect=dialect, tools=tuple(tools), stream_tools=True)
+    """What the parser makes of a whole output: the expected result of every family."""
+    p = OutputParser(start=start, family=family, tools=tuple(tools), stream_tools=True)
     events = p.feed(text) + p.finish()
     return result_of(events, reason)
 

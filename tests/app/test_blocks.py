@@ -16,7 +16,7 @@ from tests.app.conftest import TOOLS, xml_call
 
 def events_of(raw: str, *, start: str = "reasoning", chunk: int = 0,
               stream_tools: bool = True) -> list[Event]:
-    p = OutputParser(start=start, dialect="qwen-xml", tools=tuple(TOOLS),
+    p = OutputParser(start=start, family="qwen-xml", tools=tuple(TOOLS),
                      stream_tools=stream_tools)
     evs: list[Event] = []
     size = chunk or len(raw) or 1

@@ -54,6 +54,17 @@ def test_the_layout_flag_and_one_sequence(default_model: Path, capsys):
     assert "parallel sequences" not in capsys.readouterr().err
 
 
+def test_the_family_flag_and_its_former_name():
+    assert args().family is None  # the pack's, or the template's
+    assert args("--family", "glm").family == "glm"
+    assert args("--dialect", "glm").family == "glm"  # scripts written before the rename
+    p = argparse.ArgumentParser()
+    add_engine_arguments(p)
+    assert "--family" in p.format_help() and "--dialect" not in p.format_help()
+    with pytest.raises(SystemExit):
+        args("--dialect", "yaml")
+
+
 def test_the_speculate_flag():
     p = argparse.ArgumentParser()
     add_engine_arguments(p)
@@ -103,9 +114,9 @@ def test_template_replaces_the_local_pack_s_own(tmp_path: Path):
     assert pack.chat_template().render((Message("user", "Hi"),)) == \
         "<|im_start|>user\nPRISM-CUSTOM Hi<|im_end|>\n<|im_start|>assistant\n"
     # No --pack: the family is the template's own (it marks none); with --pack, the pack's.
-    assert (pack.dialect, pack.dialect_origin) == ("auto", "no family marker in the chat template")
+    assert (pack.family, pack.family_origin) == ("auto", "no family marker in the chat template")
     kept = resolve(args("--pack", "smollm2", "--template", str(path)))
-    assert (kept.template, kept.dialect) == (CUSTOM, default.dialect)
+    assert (kept.template, kept.family) == (CUSTOM, default.family)
 
 
 def test_a_template_that_cannot_be_used_stops_start_up_naming_the_file(tmp_path: Path):

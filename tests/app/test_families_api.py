@@ -5,7 +5,7 @@ must come out as the family's parser reads them (the oracle), which must be the 
 answer and call that the output holds, and the prompt must start the parser where the family's
 template leaves the model (engine/chat/detect.py). One subprocess test runs the real CLI.
 
-A family whose parser is not registered yet (engine/dialects) is skipped, saying so."""
+A family whose parser is not registered yet (engine/parse/families) is skipped, saying so."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import pytest
 from engine.chat.detect import detect, start_state
 from engine.chat.packs import resolve_pack
 from engine.chat.request import Message
-from engine.parse import families as dialects
+from engine.parse import families
 from tests.app.conftest import TOOLS, oracle
 from tests.app.test_anthropic import TOOLS as ANTHROPIC_TOOLS
 from tests.app.test_anthropic import blocks, summary
@@ -342,12 +342,12 @@ CASES.update({
 
 
 def family_of(name: str) -> str:
-    return next(d for d in sorted(dialects.REGISTRY, key=len, reverse=True) if name.startswith(d))
+    return next(d for d in sorted(families.REGISTRY, key=len, reverse=True) if name.startswith(d))
 
 
 def needs_parser(name: str) -> str:
     family = family_of(name)
-    assert family in dialects.NAMES, f"no parser registered for the {family} dialect"
+    assert family in families.NAMES, f"no parser registered for the {family} family"
     return family
 
 
@@ -361,7 +361,7 @@ def test_each_family_pack_starts_where_its_output_continues(name):
     reads where the model takes over, as the service will."""
     family, case = family_of(name), CASES[name]
     pack = resolve_pack(family, require_model=False)
-    assert pack.dialect == family and detect(pack.template).dialect == family
+    assert pack.family == family and detect(pack.template).family == family
     thinking = (case.extra or {}).get("chat_template_kwargs", {}).get("enable_thinking")
     prompt = pack.chat_template().render(
         [Message("user", ASK[0]["content"])], tools=TOOLS,
@@ -380,7 +380,7 @@ def test_openai_sdk_reads_each_family(serve, name):
     resp = whole(client.chat.completions.create(**kw))
     run = live.last
     assert run.start_state == case.start, run.prompt[-80:]
-    want = oracle(case.output, start=case.start, dialect=family, tools=TOOLS)
+    want = oracle(case.output, start=case.start, family=family, tools=TOOLS)
     oracle_calls = [(c.name, c.arguments) for c in want.tool_calls]
     assert comparable(streamed) == comparable(resp) == (
         want.reasoning, want.content, oracle_calls, want.finish_reason)
@@ -466,7 +466,7 @@ def test_prism_serve_replays_a_harmony_output_for_the_sdks(tmp_path):
 # --- the window says which family it reads ------------------------------------------------------
 
 
-def test_the_window_title_names_the_packs_dialect(qapp, qtbot, replay_service):
+def test_the_window_title_names_the_packs_family(qapp, qtbot, replay_service):
     """The family chosen (by the pack here; by the GGUF's template with --model) is in the
     window's title, as the log says it at start-up."""
     import asyncio
@@ -480,7 +480,7 @@ def test_the_window_title_names_the_packs_dialect(qapp, qtbot, replay_service):
     try:
         inspector = Inspector(replay_service(CASES["gemma4"].output, pack="gemma4"), port=0)
         qtbot.addWidget(inspector.window)
-        assert "(gemma4, dialect gemma4)" in inspector.window.windowTitle()
+        assert "(gemma4, family gemma4)" in inspector.window.windowTitle()
         loop.run_until_complete(inspector.close())
         loop.run_until_complete(asyncio.sleep(0.05))
     finally:

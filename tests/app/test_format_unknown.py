@@ -23,9 +23,9 @@ PLAIN = "{% for m in messages %}<|turn|>{{ m.role }}: {{ m.content }}\n{% endfor
 
 def test_a_template_with_tools_and_no_known_markers_is_unknown(caplog):
     caplog.set_level(logging.INFO, logger="prism")
-    assert detect(ODD).unknown and detect(ODD).dialect == "auto"
+    assert detect(ODD).unknown and detect(ODD).family == "auto"
     pack = pack_from_template("odd", ODD, "test")
-    assert pack.format_unknown and pack.dialect_origin.startswith(UNKNOWN)
+    assert pack.format_unknown and pack.family_origin.startswith(UNKNOWN)
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warned and UNKNOWN in warned[0].getMessage()
     assert UNKNOWN in window_title("m.gguf", pack)
@@ -34,9 +34,9 @@ def test_a_template_with_tools_and_no_known_markers_is_unknown(caplog):
 def test_a_template_without_tools_or_with_a_family_is_not_unknown():
     plain = pack_from_template("plain", PLAIN, "test")
     assert not detect(PLAIN).unknown and not plain.format_unknown
-    assert window_title("m.gguf", plain) == "Prism — m.gguf (plain, dialect auto)"
+    assert window_title("m.gguf", plain) == "Prism — m.gguf (plain, family auto)"
     hermes = pack_from_template("h", ODD.replace("<<call", "<tool_call>"), "test")
-    assert not hermes.format_unknown and hermes.dialect == "hermes-json"
+    assert not hermes.format_unknown and hermes.family == "hermes-json"
 
 
 def test_v1_models_says_the_format_is_unknown(tmp_path):
@@ -47,7 +47,7 @@ def test_v1_models_says_the_format_is_unknown(tmp_path):
     live = start_live(service)
     try:
         meta = live.http().get("/v1/models").json()["data"][0]["meta"]
-        assert meta["format"] == UNKNOWN and meta["dialect"] == "auto"
+        assert meta["format"] == UNKNOWN and meta["family"] == "auto"
     finally:
         live.close()
         engine.close()

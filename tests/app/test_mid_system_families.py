@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.parse import families as dialects
+from engine.parse import families
 
 CAPTURE = json.loads((Path(__file__).parent / "data" / "client_claude_code.json")
                      .read_text("utf-8"))
@@ -29,7 +29,7 @@ FAMILIES = {
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_claude_codes_mid_conversation_system_message_reaches_a_family_pack(serve, family):
-    assert family in dialects.NAMES, f"no parser registered for the {family} dialect"
+    assert family in families.NAMES, f"no parser registered for the {family} family"
     output, form = FAMILIES[family]
     body, headers = CAPTURE["body"], CAPTURE["headers"]
     assert [m["role"] for m in body["messages"]] == ["user", "system"]  # the captured shape

@@ -118,7 +118,7 @@ def test_hermes_json_calls(serve):
     streamed = collect(client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
                                                       stream=True))
     resp = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS)
-    want = expected(text, dialect="hermes-json")
+    want = expected(text, family="hermes-json")
     assert comparable(streamed) == comparable(whole(resp)) == want
     assert want[2] == [("get_weather", {"city": "Paris"})]
     # Both call shapes in one answer would be one call each, in order, with distinct ids.

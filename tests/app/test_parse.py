@@ -56,11 +56,15 @@ def test_parse_file_no_thinking_events(tmp_path):
     assert spans[0][0] == 0 and spans[-1][1] == len("Hi</think> there")
 
 
-def test_dialect_option(tmp_path):
+def test_family_option(tmp_path):
     raw = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
     assert json.loads(prism("--no-thinking", stdin=raw).stdout)["tool_calls"][0]["name"] == "f"
-    res = json.loads(prism("--no-thinking", "--dialect", "qwen-xml", stdin=raw).stdout)
+    res = json.loads(prism("--no-thinking", "--family", "qwen-xml", stdin=raw).stdout)
     assert res["tool_calls"] == [] and res["content"] == raw
+    # --dialect, the flag's former name, still works, and is not offered in --help
+    old = json.loads(prism("--no-thinking", "--dialect", "qwen-xml", stdin=raw).stdout)
+    assert old == res
+    assert "--dialect" not in prism("--help").stdout
 
 
 def test_unreadable_input_exit_2(tmp_path):

@@ -9,7 +9,7 @@ The upstream replays:
   (engine/parse/families/registry.py): reasoning (not for Llama 3, which has none), an answer
   and one call. The upstream's parser reads it, so the client gets a structured call;
 - for the request that asks "Leak it.", the same output from a recording (written here) that
-  says it was parsed with another dialect: the upstream's parser misses the call and returns
+  says it was parsed with another family: the upstream's parser misses the call and returns
   it as content text, a planted leak. Same upstream process, so no second pair per family.
 
 Checked: the client (httpx, streamed) gets the upstream's bytes unchanged (compared with the
@@ -55,8 +55,8 @@ ASK = "What is the weather in Paris?"
 LEAK_ASK = "Leak it."
 
 
-def leaky_dialect(family: str) -> str:
-    """A dialect whose parser leaves this family's call as text (Qwen XML reads none of the
+def leaky_family(family: str) -> str:
+    """A family whose parser leaves this family's call as text (Qwen XML reads none of the
     other families' calls; Hermes JSON none of Qwen XML's)."""
     return "hermes-json" if family == "qwen-xml" else "qwen-xml"
 
@@ -85,20 +85,20 @@ def prompt_start(pack_name: str, tmp: Path) -> str:
     try:
         pack = resolve_pack(pack_name, require_model=False)
         request = openai_api.to_chat_request(validate(openai_api.ChatBody, body(ASK)))
-        return start_state(Service(engine, pack).render(request), pack.dialect)
+        return start_state(Service(engine, pack).render(request), pack.family)
     finally:
         engine.close()
 
 
-def write_leak_recording(path: Path, pack: str, start: str, dialect: str, text: str) -> None:
+def write_leak_recording(path: Path, pack: str, start: str, family: str, text: str) -> None:
     """A session file (recording format version 1, written by hand) of one request asking
-    LEAK_ASK, answered with `text` and parsed with `dialect`."""
+    LEAK_ASK, answered with `text` and parsed with `family`."""
     rid = "leak-1"
     records = [
         {"format": "prism-session", "version": 1, "created": "2025-01-01T00:00:00+00:00",
          "model": "leaky", "pack": pack},
         {"type": "request", "id": rid, "t": 0.0, "request": body(LEAK_ASK) | {"stream": False},
-         "prompt": "", "start_state": start, "api": "openai", "dialect": dialect,
+         "prompt": "", "start_state": start, "api": "openai", "family": family,
          "stream_tools": True, "tools": [WEATHER]},
         *({"type": "token", "id": rid, "i": i, "tok": i, "text": piece, "t": 0.0}
           for i, piece in enumerate(split_text(text))),
@@ -146,7 +146,7 @@ def pairs(tmp_path_factory) -> dict[str, Pair]:
             clean = tmp / f"{fam}.txt"
             clean.write_text(output, encoding="utf-8")
             leak = tmp / f"{fam}-leak.jsonl"
-            write_leak_recording(leak, pack, st, leaky_dialect(fam), output)
+            write_leak_recording(leak, pack, st, leaky_family(fam), output)
             port = free_port()
             proc = start(f"{fam}-upstream", ["--replay", str(clean), str(leak), "--pack", pack,
                                              "--port", str(port), "--no-record"])
@@ -237,7 +237,7 @@ def test_the_tap_relays_the_upstream_and_reads_the_familys_call(pairs, family):
     assert got["finish"] == "tool_calls"
 
     req = recorded(pair, ASK)
-    assert req.start_state == pair.start and req.dialect == family
+    assert req.start_state == pair.start and req.family == family
     assert req.outcome == ("stop", None)  # how the reply ended; the calls make the result's
     # Prism rebuilt the output in the family's own syntax: as the upstream's model wrote it.
     assert req.text == pair.output

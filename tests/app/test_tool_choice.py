@@ -1,5 +1,5 @@
 """app/api/tool_choice.py and engine/grammar/: tool_choice in the three APIs' spellings,
-refused when unknown and enforced with a grammar in the pack's dialect when it forces a call;
+refused when unknown and enforced with a grammar in the pack's family when it forces a call;
 and the other "accepted but wrong" inputs of issue 10, item 6 (max_completion_tokens 0,
 tool schemas that are not JSON Schemas, image parts, --max-queue 0).
 
@@ -95,7 +95,7 @@ def test_responses_unknown_tool_choice_is_400(serve, choice):
 # --- enforced --------------------------------------------------------------------------------
 
 
-def test_openai_required_and_named_carry_a_grammar_in_the_packs_dialect(serve, parses):
+def test_openai_required_and_named_carry_a_grammar_in_the_packs_family(serve, parses):
     live = serve(CALL, CALL, CALL)
     client = live.openai()
     resp = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,

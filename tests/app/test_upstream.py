@@ -61,9 +61,9 @@ def front(serve_upstream) -> Callable[..., Live]:
               timeout: float = 600.0, **config) -> Live:
         engine = UpstreamEngine(url, probe_s=probe_s, timeout=timeout)
         assert engine.ready.wait(10)
-        args = argparse.Namespace(template=None, pack=pack, tap=False, dialect=None)
+        args = argparse.Namespace(template=None, pack=pack, tap=False, family=None)
         chosen = upstream_pack(args, engine)
-        engine.stops, engine.preserved = chosen.stop, preserved_tokens(chosen.dialect)
+        engine.stops, engine.preserved = chosen.stop, preserved_tokens(chosen.family)
         config.setdefault("model_name", engine.name)
         return serve_upstream(engine, chosen, **config)
 
@@ -80,7 +80,7 @@ def test_every_rule_through_raw_mode_is_served_as_locally(serve, front, name):
     local = collect(back.openai().chat.completions.create(
         model="m", messages=ASK, tools=TOOLS, stream=True))
     live = front(back.url + "/v1")
-    assert live.service.pack.dialect == "qwen-xml"  # detected from the template in /props
+    assert live.service.pack.family == "qwen-xml"  # detected from the template in /props
     client = live.openai()
     streamed = collect(client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
                                                       stream=True))
@@ -137,21 +137,21 @@ def test_which_template_renders(serve, tmp_path: Path):
         assert engine.ready.wait(10)
 
         def pack(**kw):
-            args = {"template": None, "pack": None, "tap": False, "dialect": None, **kw}
+            args = {"template": None, "pack": None, "tap": False, "family": None, **kw}
             return upstream_pack(argparse.Namespace(**args), engine)
 
         published = pack()  # the upstream's /props
         assert published.template == back.service.pack.template
         assert published.template_origin == f"GET {engine.root}/props"
-        assert (published.name, published.dialect, published.gguf) == ("back-model",
+        assert (published.name, published.family, published.gguf) == ("back-model",
                                                                         "qwen-xml", None)
         assert published.thinking is True and "<|im_end|>" in published.stop
         hermes = tmp_path / "hermes.jinja"
         hermes.write_text((ROOT / "resources/templates/qwen3_hermes.jinja").read_text())
-        assert pack(template=hermes).dialect == "hermes-json"  # --template wins
+        assert pack(template=hermes).family == "hermes-json"  # --template wins
         assert pack(pack="smollm2").name == "smollm2"  # --pack wins over /props
         assert pack(pack="smollm2").gguf is None  # the model is the upstream's
-        assert pack(dialect="hermes-json").dialect_origin == "--dialect"
+        assert pack(family="hermes-json").family_origin == "--family"
         with pytest.raises(SystemExit, match="cannot read --template"):
             pack(template=tmp_path / "missing.jinja")
     finally:
@@ -162,10 +162,10 @@ def test_which_template_renders(serve, tmp_path: Path):
             assert engine.ready.wait(10)
             with pytest.raises(SystemExit, match="publishes no chat template"):
                 upstream_pack(argparse.Namespace(template=None, pack=None, tap=False,
-                                                 dialect=None), engine)
+                                                 family=None), engine)
             tap = upstream_pack(argparse.Namespace(template=None, pack=None, tap=True,
-                                                   dialect=None), engine)
-            assert (tap.dialect, tap.template) == ("auto", "")
+                                                   family=None), engine)
+            assert (tap.family, tap.template) == ("auto", "")
         finally:
             engine.close()
 

@@ -66,7 +66,7 @@ def start_front(url: str, tmp_path: Path) -> tuple[Live, UpstreamEngine, Recorde
     assert engine.ready.wait(10) and engine.load_error is None
     # llama-cpp-python's server publishes no template (no /props): the pack gives it.
     pack = upstream_pack(argparse.Namespace(template=None, pack="smollm2", tap=False,
-                                            dialect=None), engine)
+                                            family=None), engine)
     recorder = Recorder(tmp_path / "front.jsonl", model=engine.name, pack=pack.name,
                         upstream=engine.base)
     service = Service(engine, pack, metrics=Metrics(engine), recorder=recorder)

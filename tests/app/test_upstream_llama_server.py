@@ -251,7 +251,7 @@ def test_tap_relays_llama_servers_own_forced_call_and_its_audit_finds_no_leak(fu
     body = {**FORCED, "tool_choice": "required"}
     direct, _ = streamed(functionary.url, body)
     tap = front(functionary.url, "--tap")
-    assert tap.service.pack.dialect == "functionary-v3.2"  # detected from /props
+    assert tap.service.pack.family == "functionary-v3.2"  # detected from /props
     through, _ = streamed(tap.url, body)
     # llama-server's own parser made a structured call of what its grammar forced ...
     (name, args), = streamed_calls(direct)
@@ -272,7 +272,7 @@ def test_tap_relays_llama_servers_own_forced_call_and_its_audit_finds_no_leak(fu
 
 def test_raw_mode_on_the_functionary_copy_reads_the_same_call(functionary, front):
     raw = front(functionary.url)  # the template, and so the family, from /props
-    assert raw.service.pack.dialect == "functionary-v3.2"
+    assert raw.service.pack.family == "functionary-v3.2"
     reply = chat(raw.url, {**FORCED, "tool_choice": "required"})
     assert reply["choices"][0]["finish_reason"] == "tool_calls"
     assert message_calls(reply) == [("get_weather", {"city": "Paris"})]

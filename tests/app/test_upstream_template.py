@@ -99,7 +99,7 @@ def fake_llama_server() -> Iterator:
 
 
 def args(**kw) -> argparse.Namespace:
-    return argparse.Namespace(**{"template": None, "pack": None, "tap": False, "dialect": None,
+    return argparse.Namespace(**{"template": None, "pack": None, "tap": False, "family": None,
                                  "bos_token": None, "eos_token": None, **kw})
 
 

@@ -199,6 +199,11 @@ def test_model_files_split_parts_and_presets(tmp_path: Path) -> None:
     assert specs["small"].aliases == ("one", "titles") and specs["small"].pin
     assert specs["small"].options.n_ctx == 2048 and specs["small"].ttl == 60
     assert group_files([d / "sub" / "big-00002-of-00002.gguf"]) == []  # no first part
+    # `family` per model; `dialect`, the key's former name, is read as `family`
+    preset.write_text('[one]\nfamily = "glm"\n', encoding="utf-8")
+    assert {s.id: s for s in specs_for(d, [], preset)}["one"].options.family == "glm"
+    preset.write_text('[one]\ndialect = "glm"\n', encoding="utf-8")
+    assert {s.id: s for s in specs_for(d, [], preset)}["one"].options.family == "glm"
     preset.write_text("[one]\ncontext = 4096\n", encoding="utf-8")
     with pytest.raises(CatalogError, match="unknown settings context"):
         specs_for(d, [], preset)

@@ -143,7 +143,7 @@ def served(family_gguf):
 
     def make(family: str) -> Service:
         pack = resolve_pack(None, str(family_gguf(family)))  # no --pack: detected
-        engine = LlamaEngine(pack.gguf, n_ctx=2048, preserved=preserved_tokens(pack.dialect))
+        engine = LlamaEngine(pack.gguf, n_ctx=2048, preserved=preserved_tokens(pack.family))
         engines.append(engine)
         assert engine.ready.wait(120) and engine.load_error is None, engine.load_error
         return Service(engine, pack)
@@ -181,7 +181,7 @@ def test_a_family_gguf_is_detected_and_its_forced_call_read_back(served, family)
     service = served(family)
     pack, engine = service.pack, service.engine
     # (a) the family, from the GGUF's own template: what a user loading the model gets
-    assert pack.dialect == family, pack.dialect_origin
+    assert pack.family == family, pack.family_origin
     assert pack.template == real_template(family)
     assert pack.template_origin.startswith("GGUF metadata of")
 
@@ -227,5 +227,5 @@ def test_a_family_gguf_is_detected_and_its_forced_call_read_back(served, family)
     forced_marks = {tok for tok in ids.values() if f"<[{tok}]>" in grammar} - ends
     assert forced_marks <= set(tokens), (forced_marks, raw)
     assert len([t for t in tokens if t not in ids.values()]) > 1
-    again = parse_all_ways(raw, dialect=family, start=start, tools=list(TOOLS))
+    again = parse_all_ways(raw, family=family, start=start, tools=list(TOOLS))
     assert [(c.name, c.arguments) for c in again.tool_calls] == calls, raw

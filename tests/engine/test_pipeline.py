@@ -18,7 +18,7 @@ PIECES = ["The user wants", " the weather.\n<tool", "_call>\n<function=get_weath
 
 
 def parser() -> OutputParser:
-    return OutputParser(start="reasoning", dialect="qwen-xml", stream_tools=False)
+    return OutputParser(start="reasoning", family="qwen-xml", stream_tools=False)
 
 
 def test_without_reporting_it_is_the_parser() -> None:

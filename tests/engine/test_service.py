@@ -140,7 +140,7 @@ def test_replay_of_a_recording_reproduces_the_events(svc, replay_service):
     svc.recorder.close()
     session = read_session(svc.recorder.path)
     assert len(session.requests) == 1
-    assert session.requests[0].dialect == "qwen-xml"
+    assert session.requests[0].family == "qwen-xml"
     assert session.requests[0].api == "openai"
     again = replay_service(svc.recorder.path).submit(ask())
     again.wait(5)
@@ -157,21 +157,21 @@ HERMES_ANSWER = ('It is sunny.\n<tool_call>\n{"name": "get_weather", "arguments"
                  '{"city": "Paris"}}\n</tool_call>')
 
 
-def test_a_recording_replays_with_its_own_start_state_and_dialect(replay_service):
+def test_a_recording_replays_with_its_own_start_state_and_family(replay_service):
     recording = replay_service(HERMES_ANSWER, pack="qwen3-hermes", record=True)
     live = recording.submit(ask(thinking=False))
     live.wait(5)
     recording.recorder.close()
-    assert (live.start_state, live.parser.dialect) == ("content", "hermes-json")
+    assert (live.start_state, live.parser.family) == ("content", "hermes-json")
     # Replayed through a pack whose template opens <think> and whose calls are Qwen XML: the
     # output is still read as it was live (issue 10, item 9).
     again = replay_service(recording.recorder.path, pack="qwen3-xml").submit(ask())
     res = again.wait(5)
-    assert (again.start_state, again.parser.dialect) == ("content", "hermes-json")
+    assert (again.start_state, again.parser.family) == ("content", "hermes-json")
     assert (res.reasoning, res.content) == ("", "It is sunny.")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("get_weather", {"city": "Paris"})]
     session = read_session(recording.recorder.path)
-    assert session.requests[0].dialect == "hermes-json"
+    assert session.requests[0].family == "hermes-json"
 
 
 def test_a_run_is_read_as_its_reading_says_and_recorded_with_it(replay_service):
@@ -183,7 +183,7 @@ def test_a_run_is_read_as_its_reading_says_and_recorded_with_it(replay_service):
     one.wait(5)
     assert one.reading == Reading(start="reasoning", family="qwen-xml", tools=TOOLS,
                                   tools_declared=True, stream_tools=STREAM_TOOLS, one_call=True)
-    assert one.start_state == "reasoning" and one.parser.dialect == "qwen-xml"
+    assert one.start_state == "reasoning" and one.parser.family == "qwen-xml"
     assert len(one.result.tool_calls) == 1 and one.result.anomalies["extra_tool_call"] == 1
     plain = svc.submit(ChatRequest(messages=(Message("user", "hi"),)))
     plain.wait(5)

@@ -39,7 +39,7 @@ def two_requests(tmp_path: Path) -> Path:
     """r1: "ab" "cd" at 0.1 s and 0.2 s, finished; r2: "xyz", cut off (no finish record)."""
     path = tmp_path / "two.jsonl"
     with Recorder(path, model="m", pack="qwen3-xml") as rec:
-        rec.request("r1", {"messages": []}, "p1", start_state="content", dialect="qwen-xml",
+        rec.request("r1", {"messages": []}, "p1", start_state="content", family="qwen-xml",
                     t0=0.0)
         rec.token("r1", 0, Token(1, "ab", 0.1))
         rec.token("r1", 1, Token(2, "cd", 0.2))
@@ -60,7 +60,7 @@ def test_instant_plays_every_request_to_the_end_with_the_live_parse(pb: Playback
     for it, req in zip(items, read_session(DEMO).requests, strict=True):
         track = it.track
         assert track.raw == req.text and track.status == "done"
-        parser = OutputParser(start=req.start_state, dialect=req.dialect, tools=req.tools,
+        parser = OutputParser(start=req.start_state, family=req.family, tools=req.tools,
                               stream_tools=req.stream_tools)
         expected = parser.feed(req.text) + parser.finish()
         assert key(track.events) == key(expected)  # call ids are drawn afresh per parse

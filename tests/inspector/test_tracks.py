@@ -101,7 +101,7 @@ def test_live_feed_fills_a_track_from_a_real_run(replay_service):
 
 
 def test_reparse_under_other_settings_and_a_stable_fixture():
-    t = Track(id="x", start_state="reasoning", dialect="qwen-xml")
+    t = Track(id="x", start_state="reasoning", family="qwen-xml")
     t.add_tokens(Token(i, piece, 0.0) for i, piece in enumerate(
         ["The user wants", " the weather.\n<tool", "_call>\n<function=get_weather>\n",
          "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"]))
@@ -213,7 +213,7 @@ def test_reparse_as_shown_of_an_old_recording_with_parallel_calls_off(tmp_path):
               "request": {"messages": [{"role": "user", "content": "Weather, and the news?"}],
                           "tools": list(TOOLS), "parallel_calls": False, "api": "openai"},
               "prompt": "<|im_start|>assistant\n<think>\n", "start_state": "reasoning",
-              "api": "openai", "dialect": "qwen-xml", "stream_tools": True,
+              "api": "openai", "family": "qwen-xml", "stream_tools": True,
               "tools": list(TOOLS)}]
     lines += [{"type": "token", "id": "r1", "i": i, "tok": i, "text": piece, "t": 0.01 * i}
               for i, piece in enumerate(split_text(TWO_CALLS))]
@@ -232,11 +232,11 @@ def test_reparse_as_shown_of_an_old_recording_with_parallel_calls_off(tmp_path):
 
 
 def test_track_parts_are_its_reading():
-    t = Track(id="x", start_state="content", dialect="hermes-json", tools=[{"a": 1}])
+    t = Track(id="x", start_state="content", family="hermes-json", tools=[{"a": 1}])
     assert (t.reading.start, t.reading.family, t.reading.tools) == (
         "content", "hermes-json", ({"a": 1},))
     assert t.stream_tools is t.reading.stream_tools is True  # a request's default
-    t.dialect = "qwen-xml"  # a view or a test changes one setting: the reading follows
+    t.family = "qwen-xml"  # a view or a test changes one setting: the reading follows
     assert t.reading.family == "qwen-xml" and t.start_state == "content"
     assert Track(id="y").reading == Track(id="z").reading
 

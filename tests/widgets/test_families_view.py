@@ -3,7 +3,7 @@ family of issue 12 ("The inspector"): a real window plays one output per family 
 part, an answer and a call, each written in the family's own markup, as in
 tests/app/test_families_api.py) and shows each part in its pane, the raw output byte for byte
 with every marker of the family in the tag colour, re-parses an `auto` reading with the
-family's dialect, and exports a fixture that reproduces the family's result."""
+family itself, and exports a fixture that reproduces the family's result."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine.parse import families as dialects
+from engine.parse import families
 from tests.app.conftest import TOOLS
 from tests.widgets.conftest import fixture_result, fragments
 from widgets.theme import COLOURS, HELD, STATE, formats
@@ -217,7 +217,7 @@ FAMILIES.update({
         "content", "Need the weather for Paris.", "Checking.",
         ("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]", "<tool_calls>",
          "</tool_calls>")),
-    # Formats no family marker names (chosen with --dialect; engine/parse/shapes/): a bare
+    # Formats no family marker names (chosen with --family; engine/parse/shapes/): a bare
     # Python-call list, the same in Llama 4's python tags, a bare JSON call list.
     "pythonic": Family(
         'Checking.\n[get_weather(city="Paris", days=2)]', "content", "", "Checking.", ()),
@@ -231,11 +231,11 @@ FAMILIES.update({
 
 
 def test_every_family_has_a_case():
-    assert set(FAMILIES) == set(dialects.NAMES) - {"auto", "qwen-xml", "hermes-json"}
+    assert set(FAMILIES) == set(families.NAMES) - {"auto", "qwen-xml", "hermes-json"}
 
 
-def play(window, tmp_path, family: str, dialect: str | None = None, stepwise: bool = False):
-    """Play the family's output as a text file read with `dialect` (the family's own by
+def play(window, tmp_path, family: str, read_as: str | None = None, stepwise: bool = False):
+    """Play the family's output as a text file read as `read_as` (the family's own by
     default); returns its track, selected. Stepwise: one token per frame, so the views draw
     the events as they come (a tag split over two frames)."""
     fam = FAMILIES[family]
@@ -244,7 +244,7 @@ def play(window, tmp_path, family: str, dialect: str | None = None, stepwise: bo
     pb = window.playback
     pb.set_speed(0.0)
     track = pb.open(path, play=False)[0].track
-    track.dialect = dialect or family
+    track.family = read_as or family
     track.start_state = track.state = fam.start
     track.tools = tuple(TOOLS)  # schema typing: GLM's and DSML's "2" is the integer 2
     if stepwise:
@@ -319,26 +319,26 @@ def test_raw_view_draws_the_family_markers_as_tags(window, tmp_path, family, ste
             assert fmt.foreground().color().name() == COLOURS[state]
 
 
-def test_the_dialect_choice_lists_every_family(window):
+def test_the_family_choice_lists_every_family(window):
     view = window.reparse
-    choices = [view.dialect.itemText(i) for i in range(view.dialect.count())]
-    assert choices == list(dialects.NAMES)
+    choices = [view.family.itemText(i) for i in range(view.family.count())]
+    assert choices == list(families.NAMES)
     assert set(FAMILIES) | {"auto"} <= set(choices)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_reparse_with_the_family_dialect_reads_the_call(window, tmp_path, family):
+def test_reparse_with_the_family_reads_the_call(window, tmp_path, family):
     fam = FAMILIES[family]
-    track = play(window, tmp_path, family, dialect="auto")
+    track = play(window, tmp_path, family, read_as="auto")
     assert not track.result.tool_calls
     view = window.reparse
-    assert view.track is track and view.dialect.currentText() == "auto"
-    view.dialect.setCurrentText(family)
+    assert view.track is track and view.family.currentText() == "auto"
+    view.family.setCurrentText(family)
     lines = view.reparse()
     assert f"+{CALL[0]}:" in lines
     assert "calls 0 → 1" in view.summary.text()
     assert "finish stop → tool_calls" in view.summary.text()
-    # Read as auto, the family's markup was text; the family's dialect takes it out (a
+    # Read as auto, the family's markup was text; read as the family, it comes out (a
     # format with no markers: the call's own text).
     removed = "\n".join(line for line in lines if line.startswith("-"))
     assert any(m in removed for m in fam.markers or (f"{CALL[0]}",)), removed

@@ -13,7 +13,7 @@ def test_reparse_shows_what_other_settings_change(window):
     view = window.reparse
     track = items[-1].track
     assert view.track is track
-    assert view.start.currentText() == "reasoning" and view.dialect.currentText() == "qwen-xml"
+    assert view.start.currentText() == "reasoning" and view.family.currentText() == "qwen-xml"
 
     assert view.reparse() == []
     assert view.summary.text().startswith("Same reading")
@@ -31,7 +31,7 @@ def test_reparse_shows_what_other_settings_change(window):
 
     # Hermes JSON cannot read a Qwen XML call: it stays reasoning, the call is gone.
     view.start.setCurrentText("reasoning")
-    view.dialect.setCurrentText("hermes-json")
+    view.family.setCurrentText("hermes-json")
     view.reparse()
     assert "calls 1 → 0" in view.summary.text()
     assert "finish tool_calls → stop" in view.summary.text()

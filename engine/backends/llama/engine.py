@@ -21,7 +21,7 @@ model
   behind its own lock (it never waits for a generation), linear in the text, with a cheap lower
   bound that refuses a prompt that cannot fit before tokenizing it (`tokenize(text, limit)`).
 - Special tokens are detokenized without their text (llama-server's default): end-of-turn
-  markers never leak into the output. Exactly the tokens in `preserved` (the pack's dialect
+  markers never leak into the output. Exactly the tokens in `preserved` (the pack's family
   lists them: gpt-oss's `<|channel|>`, Kimi's `<|tool_call_begin|>`) render as text. The
   end-of-generation token ends the job ("stop") and is neither reported nor counted.
 - Probability mode costs ~0.4 ms a token for k=5..20 on the default model (n_vocab 49152,

@@ -6,7 +6,7 @@ context. The lock only orders callers among themselves (llama.cpp does not promi
 is reentrant). The engine thread uses the same object to render pieces.
 
 Preserved tokens: special tokens render as nothing (end-of-turn markers must not leak into
-the output), except exactly those the pack's dialect lists (`preserved`, llama.cpp's name):
+the output), except exactly those the pack's family lists (`preserved`, llama.cpp's name):
 gpt-oss's `<|channel|>` or Kimi's `<|tool_call_begin|>` are special tokens, and the parser
 must see them as text (docs/design.md, section "Model families").
 

@@ -13,7 +13,7 @@ Per job: `POST {base}/completions` with the rendered prompt, `stream: true`, the
 parameters, stop strings (the request's and the pack's end-of-turn markers), `logprobs` when
 top-k alternatives are asked for, and the knobs that keep special tokens in the text where the
 server has one: `skip_special_tokens: false` and `spaces_between_special_tokens: false` (vLLM;
-SGLang reads the first), `preserved_tokens` (llama.cpp's server: the dialect's special tokens,
+SGLang reads the first), `preserved_tokens` (llama.cpp's server: the family's special tokens,
 kept as text). Servers ignore the fields they do not know.
 Each streamed delta is one `Token`, or one per entry of its logprobs when those split it; token
 ids are -1 (OpenAI's completions stream carries none). Reading and writing that wire (error
@@ -107,7 +107,7 @@ class UpstreamEngine:
         self.info = UpstreamInfo()
         # Set from the pack once it is known (app/upstream.py): its end-of-turn strings, sent
         # as stop strings too (with special tokens kept, they may come as text), and the
-        # special tokens its dialect reads (llama.cpp's server keeps exactly these as text).
+        # special tokens its family reads (llama.cpp's server keeps exactly these as text).
         self.stops: tuple[str, ...] = ()
         self.preserved: tuple[str, ...] = ()
         self.special_texts: tuple[str, ...] = ()  # no vocabulary here (Engine.special_texts)

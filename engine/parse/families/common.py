@@ -1,4 +1,4 @@
-"""Helpers shared by the tool-call dialects: match results, prefix tests, the tools' schemas.
+"""Helpers shared by the tool-call families: match results, prefix tests, the tools' schemas.
 
 Typing a value by its parameter's schema lives in engine/parse/schema.py.
 
@@ -57,7 +57,7 @@ def skip_ws(text: str, i: int, limit: int | None = MAX_GAP) -> int:
 
 
 class CallBody:
-    """What the parser reads of every dialect's `CallParser` (the shared half of the contract
+    """What the parser reads of every family's `CallParser` (the shared half of the contract
     described in engine/parse/families/__init__.py): the streamed items and the outcome."""
 
     def __init__(self, schemas: dict, stream: bool) -> None:
@@ -90,7 +90,7 @@ def escape_fragment(s: str) -> str:
 def tool_schemas(tools) -> ToolSchemas:
     """Map tool name -> parameters schema from an OpenAI-style `tools` array (also accepts
     bare function objects and Anthropic's {name, input_schema}). A `ToolSchemas`, so what the
-    dialects derive from a schema is derived once per parser."""
+    families derive from a schema is derived once per parser."""
     out = ToolSchemas()
     for t in tools or ():
         if not isinstance(t, dict):

@@ -7,7 +7,7 @@ and forces it. Run by whichever thread drives the parser.
     [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", ...}]
 
 `parameters` is read as well as `arguments`, in either order with the name. No template marker
-names the format, so it is chosen with `--dialect json-list`, never detected from markers.
+names the format, so it is chosen with `--family json-list`, never detected from markers.
 
 Choices where the other servers differ: the list is a call only at the start of a line and when
 a call object (`{"name"` or `{"arguments"`) follows its `[` (a JSON example in prose stays

@@ -8,7 +8,7 @@ writes and forces it. Run by whichever thread drives the parser.
 
 Values are Python literals, nested lists and dicts and `True` / `False` / `None` too (vLLM's
 `pythonic` tool parser reads the same). No template marker names the format (its templates
-describe it in prose), so it is chosen with `--dialect pythonic`, never detected from markers.
+describe it in prose), so it is chosen with `--family pythonic`, never detected from markers.
 
 Choices where the other servers differ: the list is a call only at the start of a line and when
 `NAME(` (or a JSON call object) follows its `[` (vLLM's parser needs the whole output to be the

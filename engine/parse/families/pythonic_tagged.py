@@ -7,7 +7,7 @@ writes and forces it. Run by whichever thread drives the parser.
     <|python_start|>[get_weather(city="Paris"), get_time(tz="UTC")]<|python_end|>
 
 vLLM's `llama4_pythonic` parser reads the same (and strips the two tokens). Chosen with
-`--dialect pythonic-tagged`: Llama 4's templates also write JSON calls, so their header tokens
+`--family pythonic-tagged`: Llama 4's templates also write JSON calls, so their header tokens
 do not decide the format.
 
 Choices where the other servers differ: the answer may go on after `<|python_end|>`; a list

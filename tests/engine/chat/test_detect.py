@@ -1,5 +1,5 @@
 """engine/chat/detect.py (detection from a template, the start state per family, the tokens kept
-as text), its use by engine/chat/packs.py on synthetic GGUFs and `--dialect`, and the engine
+as text), its use by engine/chat/packs.py on synthetic GGUFs and `--family`, and the engine
 rendering exactly the preserved special tokens on the real default model (SmolLM2, whose
 `<|im_start|>` and `<|im_end|>` are special tokens; token-reference grammars make it emit
 them)."""
@@ -23,16 +23,16 @@ from engine.chat.detect import (
 from engine.chat.packs import TEMPLATES, builtin_packs, pack_from_dir, pack_from_gguf, resolve_pack
 from engine.chat.request import Message, Sampling
 from engine.chat.template import ChatTemplate, repair_history
-from engine.parse import families as dialects
+from engine.parse import families
 from engine.parse.families import registry
 from tests.engine.chat.test_packs import write_gguf
 
 # The families with a pack of their own (the `<tool_call>` families are detected last).
-FAMILIES = tuple(f for f in dialects.REGISTRY.values() if not f.fallback)
-BY_DIALECT = {f.name: f for f in FAMILIES}
+FAMILIES = tuple(f for f in families.REGISTRY.values() if not f.fallback)
+BY_FAMILY = {f.name: f for f in FAMILIES}
 
 # One line from each family's real chat template (the markers detection must read), with the
-# dialect it names. The DeepSeek V3.2 line also mentions V3's call marker, GLM's writes
+# family it names. The DeepSeek V3.2 line also mentions V3's call marker, GLM's writes
 # <tool_call>, Harmony's Gemma-like `<|channel`: the registry's order decides them.
 REAL_SNIPPETS = {
     "harmony": "{{- '<|start|>assistant<|channel|>analysis<|message|>' + message.thinking }}",
@@ -75,35 +75,35 @@ REAL_SNIPPETS = {
 @pytest.mark.parametrize("want", list(REAL_SNIPPETS))
 def test_detect_reads_each_familys_markers(want):
     found = detect(REAL_SNIPPETS[want])
-    assert found.dialect == want
+    assert found.family == want
     assert (found.marker == "") == (want == "auto")
     if found.marker:
         assert found.marker in REAL_SNIPPETS[want]
 
 
 def test_every_family_has_its_own_markers_and_a_distinct_name():
-    fams = dialects.REGISTRY.values()
+    fams = families.REGISTRY.values()
     assert len({f.name for f in fams}) == len(fams)
     for fam in fams:  # a marker of one family never selects another one earlier in order
         for marker in fam.detect:
-            assert detect(marker).dialect == fam.name, marker
+            assert detect(marker).family == fam.name, marker
 
 
 def test_detection_order_comes_from_the_records():
-    order = [f.name for f in dialects.detect_order()]
-    for fam in dialects.REGISTRY.values():
+    order = [f.name for f in families.detect_order()]
+    for fam in families.REGISTRY.values():
         for other in fam.supersedes:
             assert order.index(fam.name) < order.index(other), (fam.name, other)
     assert order[-2:] == ["qwen-xml", "hermes-json"]  # the fallback families come last
-    a = dataclasses.replace(dialects.REGISTRY["glm"], name="a", supersedes=("b",))
-    b = dataclasses.replace(dialects.REGISTRY["glm"], name="b", supersedes=("a",))
+    a = dataclasses.replace(families.REGISTRY["glm"], name="a", supersedes=("b",))
+    b = dataclasses.replace(families.REGISTRY["glm"], name="b", supersedes=("a",))
     with pytest.raises(ValueError, match="cycle"):
         registry.detect_order((a, b))
     c = dataclasses.replace(b, supersedes=())
     assert [f.name for f in registry.detect_order((c, a))] == ["a", "b"]
 
 
-@pytest.mark.parametrize(("dialect", "prompt", "want"), [
+@pytest.mark.parametrize(("family", "prompt", "want"), [
     ("deepseek", "<｜User｜>hi<｜Assistant｜><think>\n", "reasoning"),
     ("deepseek", "<｜User｜>hi<｜Assistant｜></think>", "content"),
     ("harmony", "<|start|>user<|message|>hi<|end|><|start|>assistant", "content"),
@@ -146,24 +146,24 @@ def test_detection_order_comes_from_the_records():
     ("hunyuan3", "<｜hy_Assistant:opensource｜><think:opensource></think:opensource>", "content"),
     ("hunyuan3", "<｜hy_Assistant:opensource｜><think:opensource>", "reasoning"),
 ])
-def test_start_state_per_family(dialect, prompt, want):
-    assert start_state(prompt, dialect) == want
+def test_start_state_per_family(family, prompt, want):
+    assert start_state(prompt, family) == want
 
 
-def test_preserved_tokens_come_from_the_dialect_modules():
-    for name in dialects.NAMES:
+def test_preserved_tokens_come_from_the_family_modules():
+    for name in families.NAMES:
         listed = preserved_tokens(name)
         assert len(set(listed)) == len(listed)
-        fam = dialects.get(name)
+        fam = families.get(name)
         if fam is not None:
             assert set(listed) == set(fam.preserved_tokens)
-    # auto reads Qwen XML or Hermes JSON only, whatever other dialects are registered
+    # auto reads Qwen XML or Hermes JSON only, whatever other families are registered
     assert set(preserved_tokens("auto")) == set(preserved_tokens("qwen-xml")) | set(
         preserved_tokens("hermes-json"))
-    assert preserved_tokens("no-such-dialect") == ()
+    assert preserved_tokens("no-such-family") == ()
 
 
-# --- packs: detection on a GGUF's own template, --dialect --------------------------------------
+# --- packs: detection on a GGUF's own template, --family --------------------------------------
 
 HARMONY_TEMPLATE = ("{% for m in messages %}<|start|>{{ m.role }}<|channel|>final<|message|>"
                     "{{ m.content }}<|end|>{% endfor %}<|start|>assistant")
@@ -179,10 +179,10 @@ def _gguf(tmp_path: Path, template: str) -> Path:
 def test_a_gguf_template_names_its_family_and_the_log_says_why(tmp_path, caplog):
     caplog.set_level("INFO", logger="prism")
     pack = pack_from_gguf(_gguf(tmp_path, HARMONY_TEMPLATE))
-    registered = "harmony" in dialects.NAMES
-    assert pack.dialect == ("harmony" if registered else "auto")
-    assert "'<|channel|>'" in pack.dialect_origin
-    assert "<|channel|>" in caplog.text and f"dialect {pack.dialect}" in caplog.text
+    registered = "harmony" in families.NAMES
+    assert pack.family == ("harmony" if registered else "auto")
+    assert "'<|channel|>'" in pack.family_origin
+    assert "<|channel|>" in caplog.text and f"family {pack.family}" in caplog.text
     # <|end|> ends a Harmony message, not the turn: it must never be a stop string there
     assert "<|end|>" not in pack.stop and "<|return|>" in pack.stop
     assert pack.thinking
@@ -194,47 +194,47 @@ def test_each_family_gguf_is_detected_from_its_template_or_architecture(fam, tmp
         pytest.skip(reason=f"{fam.name} ships no pack: its template needs tools")
     spec = builtin_packs()[fam.pack]
     template = (TEMPLATES / spec.template).read_text(encoding="utf-8")
-    want = fam.name if fam.name in dialects.NAMES else "auto"
+    want = fam.name if fam.name in families.NAMES else "auto"
     pack = pack_from_gguf(write_gguf(tmp_path / "own.gguf", {
         "general.architecture": "x", "tokenizer.chat_template": template}))
-    assert (pack.dialect, pack.thinking) == (want, fam.thinking)
-    assert f"from {detect(template).marker!r}" in pack.dialect_origin
+    assert (pack.family, pack.thinking) == (want, fam.thinking)
+    assert f"from {detect(template).marker!r}" in pack.family_origin
     assert pack.stop[: len(fam.stops)] == fam.stops
     # no template in the GGUF: its architecture picks the family's shipped one, where known
     arch = {"harmony": "gpt-oss", "glm": "glm4moe", "minimax-xml": "minimax-m2",
             "gemma4": "gemma4"}.get(fam.name)
     if arch is not None:
         bare = pack_from_gguf(write_gguf(tmp_path / "bare.gguf", {"general.architecture": arch}))
-        assert bare.template == template and bare.dialect == want
+        assert bare.template == template and bare.family == want
 
 
-def test_dialect_flag_overrides_the_template(tmp_path):
+def test_family_flag_overrides_the_template(tmp_path):
     gguf = _gguf(tmp_path, HARMONY_TEMPLATE)
-    pack = resolve_pack(model=str(gguf), dialect="hermes-json")
-    assert pack.dialect == "hermes-json" and pack.dialect_origin == "--dialect"
-    with pytest.raises(Exception, match="unknown dialect"):
-        resolve_pack(model=str(gguf), dialect="nonsense")
+    pack = resolve_pack(model=str(gguf), family="hermes-json")
+    assert pack.family == "hermes-json" and pack.family_origin == "--family"
+    with pytest.raises(Exception, match="unknown family"):
+        resolve_pack(model=str(gguf), family="nonsense")
 
 
-def test_a_pack_folders_toml_dialect_wins_over_the_template_and_says_so(tmp_path):
+def test_a_pack_folders_toml_family_wins_over_the_template_and_says_so(tmp_path):
     _gguf(tmp_path, HARMONY_TEMPLATE)
-    (tmp_path / "pack.toml").write_text('dialect = "hermes-json"\n', encoding="utf-8")
+    (tmp_path / "pack.toml").write_text('family = "hermes-json"\n', encoding="utf-8")
     pack = pack_from_dir(tmp_path)
-    assert (pack.dialect, pack.dialect_origin) == ("hermes-json", str(tmp_path / "pack.toml"))
+    assert (pack.family, pack.family_origin) == ("hermes-json", str(tmp_path / "pack.toml"))
 
 
-def test_builtin_pack_dialects_name_their_origin():
+def test_builtin_pack_families_name_their_origin():
     pack = resolve_pack("qwen3-xml", require_model=False)
-    assert pack.dialect_origin == "pack qwen3-xml"
+    assert pack.family_origin == "pack qwen3-xml"
 
 
 def test_shipped_family_templates_are_detected_as_their_family():
     for spec in builtin_packs().values():
-        fam = BY_DIALECT.get(spec.dialect)
+        fam = BY_FAMILY.get(spec.family)
         if fam is None:
             continue
         text = (TEMPLATES / spec.template).read_text(encoding="utf-8")
-        assert detect(text).dialect == spec.dialect, spec.name
+        assert detect(text).family == spec.family, spec.name
 
 
 # --- shipped templates and parsers agree ------------------------------------------------------
@@ -263,7 +263,7 @@ def test_what_a_template_writes_as_the_models_calls_is_what_the_parser_reads(fam
     """Render a turn with two calls after the prompt the model saw: the text the template
     writes for that turn, parsed from the prompt's start state, gives back those two calls
     (and the turn's answer and reasoning where the template shows them), with no anomaly."""
-    assert fam.name in dialects.NAMES, f"no parser registered for the {fam.name} dialect"
+    assert fam.name in families.NAMES, f"no parser registered for the {fam.name} family"
     from engine.chat.request import Message
     from engine.parse.events import result_of
     from engine.parse.parser import OutputParser
@@ -287,7 +287,7 @@ def test_what_a_template_writes_as_the_models_calls_is_what_the_parser_reads(fam
     ends = tuple({*pack.stop, pack.eos_token, "\n"} - {""})
     while written.endswith(ends):  # the end of turn is the engine's stop, not text
         written = written.removesuffix(next(e for e in ends if written.endswith(e)))
-    parser = OutputParser(start=start_state(prompt, fam.name), dialect=fam.name,
+    parser = OutputParser(start=start_state(prompt, fam.name), family=fam.name,
                           tools=(WEATHER,))
     res = result_of(parser.feed(written) + parser.finish())
     want_calls = list(CALLS)[:1] if fam.name in ONE_CALL_TURNS else list(CALLS)
@@ -302,7 +302,7 @@ def test_what_a_template_writes_as_the_models_calls_is_what_the_parser_reads(fam
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "chat_golden.json").read_text("utf-8"))
 REPAIRS = [c for c in GOLDEN if "_repair_" in c["name"]
-           and detect((TEMPLATES / c["template"]).read_text("utf-8")).dialect in BY_DIALECT]
+           and detect((TEMPLATES / c["template"]).read_text("utf-8")).family in BY_FAMILY]
 # A call of each reasoning family, as its model writes it, and how its reasoning opens.
 FAMILY_CALLS = {
     "deepseek": ("<think>", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
@@ -345,55 +345,55 @@ FAMILY_CALLS = {
 
 @pytest.mark.parametrize("case", REPAIRS, ids=[c["name"] for c in REPAIRS])
 def test_python_and_jinja_repairs_render_alike(case):
-    """Prism repairs the history in Python before rendering (the pack's dialect), the shipped
+    """Prism repairs the history in Python before rendering (the pack's family), the shipped
     template repairs it again in jinja: the prompt is still what transformers renders from the
     unrepaired history with the template alone."""
     source = (TEMPLATES / case["template"]).read_text("utf-8")
-    dialect = detect(source).dialect
+    family = detect(source).family
     msgs = [Message(**{**d, "tool_calls": tuple(d.get("tool_calls", ()))})
             for d in case["messages"]]
-    assert repair_history(msgs, dialect) != tuple(msgs)  # Python did repair something
+    assert repair_history(msgs, family) != tuple(msgs)  # Python did repair something
     tmpl = ChatTemplate(source, bos_token=case["bos_token"], eos_token=case["eos_token"],
-                        dialect=dialect)
+                        family=family)
     got = tmpl.render(msgs, tools=case["tools"],
                       add_generation_prompt=case["add_generation_prompt"],
                       enable_thinking=case["enable_thinking"])
     assert got == case["expected"]
 
 
-@pytest.mark.parametrize("dialect", sorted(FAMILY_CALLS))
-def test_repair_moves_a_swallowed_call_out_of_the_reasoning(dialect):
-    opener, call = FAMILY_CALLS[dialect]
+@pytest.mark.parametrize("family", sorted(FAMILY_CALLS))
+def test_repair_moves_a_swallowed_call_out_of_the_reasoning(family):
+    opener, call = FAMILY_CALLS[family]
     # (a) the content opens the reasoning and never closes it
     fixed = repair_message(Message("assistant", opener + "\nThe user wants weather.\n" + call),
-                           dialect)
+                           family)
     assert (fixed.reasoning_content, fixed.content) == ("The user wants weather.", call)
     # (b) the reasoning ends with the call; the answer after it is kept after the call
     fixed = repair_message(Message("assistant", "Done.", reasoning_content="Look.\n" + call),
-                           dialect)
+                           family)
     assert (fixed.reasoning_content, fixed.content) == ("Look.", call + "\nDone.")
-    assert repair_message(fixed, dialect) == fixed  # once is enough
+    assert repair_message(fixed, family) == fixed  # once is enough
     # what the parser would not read as a call stays reasoning: quoted, fenced, unfinished
     for reasoning in ("Quoted `" + call + "` here.", "Like:\n```\n" + call + "\n```",
                       "Look.\n" + call[: len(call) // 2]):
         turn = Message("assistant", "", reasoning_content=reasoning)
-        assert repair_message(turn, dialect) == turn
+        assert repair_message(turn, family) == turn
     # a turn that has its calls already, other roles, and other families' markup: untouched
     done = Message("assistant", "", reasoning_content="Look.\n" + call,
                    tool_calls=({"id": "c", "type": "function",
                                 "function": {"name": "get_weather", "arguments": {}}},))
-    assert repair_message(done, dialect) == done
-    assert repair_message(Message("user", opener + "\n" + call), dialect).content == (
+    assert repair_message(done, family) == done
+    assert repair_message(Message("user", opener + "\n" + call), family).content == (
         opener + "\n" + call)
     other = "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"
     turn = Message("assistant", "", reasoning_content="Look.\n" + other)
-    assert repair_message(turn, dialect) == turn
+    assert repair_message(turn, family) == turn
 
 
-@pytest.mark.parametrize("dialect", ["harmony", "llama3-json"])
-def test_families_without_a_reasoning_block_to_hide_in_are_never_repaired(dialect):
+@pytest.mark.parametrize("family", ["harmony", "llama3-json"])
+def test_families_without_a_reasoning_block_to_hide_in_are_never_repaired(family):
     turn = Message("assistant", "", reasoning_content='Look.\n{"name": "f", "parameters": {}}')
-    assert repair_message(turn, dialect) == turn
+    assert repair_message(turn, family) == turn
 
 
 # --- the engine: exactly the preserved special tokens render as text ---------------------------

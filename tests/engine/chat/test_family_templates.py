@@ -71,7 +71,7 @@ FORMS = {
 def template(spec: PackSpec) -> ChatTemplate:
     """The pack's template as the service renders it (a pack built from its spec)."""
     return ChatTemplate((TEMPLATES / spec.template).read_text("utf-8"), bos_token=spec.bos_token,
-                        eos_token=spec.eos_token, dialect=spec.dialect)
+                        eos_token=spec.eos_token, family=spec.family)
 
 
 def render(spec: PackSpec, messages: list[Message], thinking: bool | None, **kw) -> str:

@@ -72,11 +72,11 @@ def qwen_gguf(tmp_path: Path, **extra: object) -> Path:
 def test_builtin_packs_are_described_without_touching_models():
     specs = builtin_packs()
     family_packs = {f.pack for f in REGISTRY.values() if not f.fallback and f.pack in specs}
-    assert {n: specs[n].dialect for n in family_packs} == {
+    assert {n: specs[n].family for n in family_packs} == {
         f.pack: f.name for f in REGISTRY.values() if f.pack in family_packs}
     specs = {n: s for n, s in specs.items() if n not in family_packs}
     assert set(specs) == {"smollm2", "gemma3-270m", "qwen3-xml", "qwen3-hermes"}
-    assert {n: s.dialect for n, s in specs.items()} == {
+    assert {n: s.family for n, s in specs.items()} == {
         "smollm2": "hermes-json", "gemma3-270m": "hermes-json",
         "qwen3-xml": "qwen-xml", "qwen3-hermes": "hermes-json"}
     assert {n for n, s in specs.items() if s.thinking} == {"qwen3-xml", "qwen3-hermes"}
@@ -93,7 +93,7 @@ def test_default_pack_finds_the_smollm2_gguf_and_its_template(default_model):
     assert pack.template_origin == "smollm2.jinja"
     assert pack.chat_template().renders_tools
     assert (pack.bos_token, pack.eos_token, pack.n_ctx) == ("<|im_start|>", "<|im_end|>", None)
-    assert (pack.dialect, pack.thinking, pack.stop) == ("hermes-json", False, ("<|im_end|>",))
+    assert (pack.family, pack.thinking, pack.stop) == ("hermes-json", False, ("<|im_end|>",))
     prompt = pack.chat_template().render([Message("user", "Hi")])
     assert prompt.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
     assert start_state(prompt) == "content"
@@ -198,7 +198,7 @@ def test_gemma_assembly_with_a_bad_hash_leaves_nothing(tmp_path, monkeypatch, ca
 def test_pack_from_gguf_uses_the_architecture_when_the_gguf_has_no_template(tmp_path):
     pack = pack_from_gguf(qwen_gguf(tmp_path))
     assert pack.template == (packs.TEMPLATES / "qwen3_hermes.jinja").read_text()
-    assert (pack.name, pack.dialect, pack.thinking) == ("Tiny Qwen", "hermes-json", True)
+    assert (pack.name, pack.family, pack.thinking) == ("Tiny Qwen", "hermes-json", True)
     assert (pack.bos_token, pack.eos_token, pack.n_ctx) == ("<s>", "<|im_end|>", None)
     assert pack.stop == ("<|im_end|>",)
 
@@ -219,12 +219,12 @@ def test_pack_from_gguf_guesses(tmp_path, arch, template, want):
     if template:
         kv["tokenizer.chat_template"] = template
     pack = pack_from_gguf(write_gguf(tmp_path / "m.gguf", kv))
-    stem, dialect, thinking = want
+    stem, family, thinking = want
     if stem:
         assert pack.template == (packs.TEMPLATES / f"{stem}.jinja").read_text()
     else:
         assert pack.template == template and pack.template_origin == "GGUF metadata of m.gguf"
-    assert (pack.dialect, pack.thinking, pack.n_ctx, pack.name) == (dialect, thinking, None, "m")
+    assert (pack.family, pack.thinking, pack.n_ctx, pack.name) == (family, thinking, None, "m")
 
 
 def test_not_a_gguf(tmp_path):
@@ -247,19 +247,25 @@ def test_pack_from_dir(tmp_path):
     (folder / "tokenizer" / "chat_template.jinja").write_text(template)
     pack = pack_from_dir(folder)
     assert (pack.name, pack.gguf, pack.template) == ("my-pack", gguf, template)
-    assert (pack.dialect, pack.thinking) == ("qwen-xml", True)
-    (folder / "pack.toml").write_text('name = "mine"\ndialect = "hermes-json"\nthinking = false\n'
+    assert (pack.family, pack.thinking) == ("qwen-xml", True)
+    (folder / "pack.toml").write_text('name = "mine"\nfamily = "hermes-json"\nthinking = false\n'
                                       'n_ctx = 1024\nstop = ["<|im_end|>", "END"]\n')
     pack = resolve_pack(pack_dir=str(folder))
-    assert (pack.name, pack.dialect, pack.thinking) == ("mine", "hermes-json", False)
+    assert (pack.name, pack.family, pack.thinking) == ("mine", "hermes-json", False)
     assert pack.n_ctx == 1024
     assert pack.stop == ("<|im_end|>", "END")
     assert resolve_pack(str(folder)) == pack  # a folder given as the pack name
     (folder / "pack.toml").write_text('n_ctx = "big"\n')
     with pytest.raises(PackError, match="n_ctx must be a whole number"):
         pack_from_dir(folder)
+    # `dialect`, the key's former name, is read as `family`
+    (folder / "pack.toml").write_text('dialect = "qwen-xml"\n')
+    assert pack_from_dir(folder).family == "qwen-xml"
     (folder / "pack.toml").write_text('dialect = "yaml"\n')
-    with pytest.raises(PackError, match="dialect must be one of"):
+    with pytest.raises(PackError, match="family must be one of"):
+        pack_from_dir(folder)
+    (folder / "pack.toml").write_text('family = "yaml"\n')
+    with pytest.raises(PackError, match="family must be one of"):
         pack_from_dir(folder)
     (folder / "pack.toml").write_text('colour = "red"\n')
     with pytest.raises(PackError, match="unknown keys colour"):
@@ -290,5 +296,5 @@ def test_resolve_pack_rules(tmp_path):
         resolve_pack("smollm2", pack_dir=str(tmp_path))
     # A model given with the default pack replaces the wheel's model, keeping the pack's rules.
     pack = resolve_pack("smollm2", model=str(gguf))
-    assert isinstance(pack, Pack) and pack.gguf == gguf and pack.dialect == "hermes-json"
+    assert isinstance(pack, Pack) and pack.gguf == gguf and pack.family == "hermes-json"
     assert pack.template == (packs.TEMPLATES / "smollm2.jinja").read_text()  # the pack's own

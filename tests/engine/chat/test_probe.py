@@ -36,7 +36,7 @@ WANT = [("get_weather", {"city": "Paris", "days": 2}), ("get_time", {"tz": "UTC"
 def _cross_check(name: str) -> str:
     """'agrees', 'disagrees', 'no calls' or 'unknown' for one library template."""
     v = verdict((LIBRARY / name).read_text("utf-8"), by_markers(
-        (LIBRARY / name).read_text("utf-8")).dialect)
+        (LIBRARY / name).read_text("utf-8")).family)
     if v.probe.no_calls:
         return "no calls"
     if v.probe.format is None or not v.passed:
@@ -132,43 +132,43 @@ HELD_OUT = {
 def test_held_out_templates_are_read_by_the_calls_they_render(case):
     template, family, reply = HELD_OUT[case]
     found = detect(template)
-    assert found.dialect == family and not found.unknown, found.describe()
+    assert found.family == family and not found.unknown, found.describe()
     assert found.verdict.family is not None and found.verdict.family.name == family
     # Rendered with a call in the history, the call shows in the template's own syntax.
     call = {"id": "c1", "type": "function",
             "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
     history = [Message("user", "Weather?"), Message("assistant", "", tool_calls=(call,)),
                Message("tool", "21C", tool_call_id="c1", name="get_weather")]
-    prompt = ChatTemplate(template, dialect=found.dialect).render(history, tools=TOOLS)
+    prompt = ChatTemplate(template, family=found.family).render(history, tools=TOOLS)
     assert "get_weather" in prompt and "Paris" in prompt and "21C" in prompt
-    res = parse_all_ways(reply, dialect=found.dialect, start="content", tools=TOOLS)
+    res = parse_all_ways(reply, family=found.family, start="content", tools=TOOLS)
     assert [(c.name, c.arguments) for c in res.tool_calls] == WANT
     assert not res.content.strip()
 
 
 def test_a_llama3_header_over_python_calls_is_pythonic_and_the_start_line_says_why():
     template = HELD_OUT["llama3 header, python list"][0]
-    assert by_markers(template).dialect == "llama3-json"  # what the header alone said
+    assert by_markers(template).family == "llama3-json"  # what the header alone said
     pack = pack_from_template("held-out", template, "test")
-    assert pack.dialect == "pythonic"
-    assert "markers name llama3-json" in pack.dialect_origin
-    assert "python list (bare)" in pack.dialect_origin
+    assert pack.family == "pythonic"
+    assert "markers name llama3-json" in pack.family_origin
+    assert "python list (bare)" in pack.family_origin
 
 
 def test_a_format_no_family_writes_is_derived_and_read_whole_and_streamed():
     calls = ("<calls>" + _JSON_LIST + "</calls>")
     template = _template(*CHATML, calls)
     pack = pack_from_template("derived", template, "test")
-    assert pack.dialect.startswith("derived:json-list"), pack.dialect_origin
-    assert pack.dialect_origin == "format: derived from the template (json list in <calls>)"
-    assert format_label(pack.dialect) == "derived from the template (json list in <calls>)"
+    assert pack.family.startswith("derived:json-list"), pack.family_origin
+    assert pack.family_origin == "format: derived from the template (json list in <calls>)"
+    assert format_label(pack.family) == "derived from the template (json list in <calls>)"
     reply = ('Checking.\n<calls>[{"name": "get_weather", "arguments": {"city": "Paris", '
              '"days": 2}}, {"name": "get_time", "arguments": {"tz": "UTC"}}]</calls>')
-    res = parse_all_ways(reply, dialect=pack.dialect, start="content", tools=TOOLS)
+    res = parse_all_ways(reply, family=pack.family, start="content", tools=TOOLS)
     assert [(c.name, c.arguments) for c in res.tool_calls] == WANT
     assert res.content.strip() == "Checking."
     # The derived family writes the same syntax back (history and forced calls use it).
-    assert families.get(pack.dialect).writer.write_calls(CALLS).startswith('<calls>[{"name"')
+    assert families.get(pack.family).writer.write_calls(CALLS).startswith('<calls>[{"name"')
 
 
 def test_calls_that_do_not_read_back_are_format_unknown_with_why():
@@ -177,7 +177,7 @@ def test_calls_that_do_not_read_back_are_format_unknown_with_why():
              "{%- for k, v in tc.function.arguments.items() %}{{ k }}: {{ v }};"
              "{%- endfor %}</call>{%- endfor %}")
     found = detect(_template(*CHATML, calls))
-    assert found.unknown and found.dialect == "auto"
+    assert found.unknown and found.family == "auto"
     assert found.describe().startswith("format unknown")
     assert found.verdict.why_unknown()
 
@@ -185,4 +185,4 @@ def test_calls_that_do_not_read_back_are_format_unknown_with_why():
 def test_a_template_without_tool_turns_says_it_renders_no_calls():
     plain = _template(*CHATML, "{{ m.content }}").replace(_SYSTEM, "")
     assert probe(plain).why == NO_CALLS
-    assert detect(plain).dialect == "auto" and not detect(plain).unknown
+    assert detect(plain).family == "auto" and not detect(plain).unknown

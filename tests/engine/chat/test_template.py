@@ -231,7 +231,7 @@ def test_qwen_templates_repair_in_jinja_like_python(name, hist, monkeypatch):
     tmpl = qwen(name)
     repaired = tmpl.render(hist, add_generation_prompt=False)
     # the template alone
-    monkeypatch.setattr(template_mod, "repair_history", lambda ms, dialect="auto": tuple(ms))
+    monkeypatch.setattr(template_mod, "repair_history", lambda ms, family="auto": tuple(ms))
     assert tmpl.render(hist, add_generation_prompt=False) == repaired
     assert tmpl.render(repair_history(hist), add_generation_prompt=False) == repaired
 

@@ -308,7 +308,7 @@ def test_the_service_renders_requests_with_tools_with_the_tool_use_template(tmp_
     with caplog.at_level(logging.INFO, logger="prism"):
         pack = pack_from_gguf(hermes_gguf(tmp_path, default=CHATML, tool_use=tool_use))
     assert (pack.template, pack.tool_template) == (CHATML, tool_use)
-    assert pack.dialect == "hermes-json"  # the calls are written as the tool_use template says
+    assert pack.family == "hermes-json"  # the calls are written as the tool_use template says
     assert any("tool_use chat template" in r.getMessage() for r in caplog.records)
     service = Service(_Engine(), pack)  # type: ignore[arg-type]
     case = by_name("tools_given:NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use")

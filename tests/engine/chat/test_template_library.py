@@ -115,7 +115,7 @@ def test_the_library_is_what_this_table_covers():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_template_is_detected_as_the_family_its_model_writes(name):
     found = detect((LIBRARY / name).read_text("utf-8"))
-    assert found.dialect == EXPECTED[name], found.marker
+    assert found.family == EXPECTED[name], found.marker
     assert not found.unknown  # every library template has a reader now
 
 
@@ -124,7 +124,7 @@ def test_an_agents_round_trip_renders_on_each_template(name):
     family = EXPECTED[name]
     writer = (families.get(family) or families.get("hermes-json")).writer
     raw = writer.write(None, "", [ToolCall("call_1", "get_weather", {"city": "Paris"}, 0)])
-    res = parse_all_ways(raw, dialect=family, start="content", tools=TOOLS)
+    res = parse_all_ways(raw, family=family, start="content", tools=TOOLS)
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("get_weather",
                                                                  {"city": "Paris"})]
     call = res.tool_calls[0]
@@ -134,7 +134,7 @@ def test_an_agents_round_trip_renders_on_each_template(name):
                                                                   "arguments": call.arguments}},)),
                Message("tool", '{"temp_c": 21}', tool_call_id=call.id, name=call.name)]
     template = ChatTemplate((LIBRARY / name).read_text("utf-8"), bos_token="<s>",
-                            eos_token="</s>", dialect=family)
+                            eos_token="</s>", family=family)
     prompt = template.render(history, tools=TOOLS)
     assert "Paris" in prompt and "21" in prompt  # the call and its result are both shown
 

@@ -75,9 +75,9 @@ def test_a_hostile_schema_is_a_grammar_llama_cpp_parses(parses, case):
     if got.gbnf is not None:
         parses(got.gbnf)
     tool = {"type": "function", "function": {"name": "t", "parameters": HOSTILE[case]}}
-    for dialect in sorted(FORMATS):
-        parses(forced_call(dialect, (tool,)))  # tool_choice "required" / named
-        parses(forced_call(dialect, (tool,), several=False))  # the guard under "auto"
+    for family in sorted(FORMATS):
+        parses(forced_call(family, (tool,)))  # tool_choice "required" / named
+        parses(forced_call(family, (tool,), several=False))  # the guard under "auto"
 
 
 def test_relaxations_name_the_field_and_the_limit():

@@ -33,7 +33,7 @@ from engine.parse.events import result_of
 from engine.parse.families import markers
 from engine.parse.parser import OutputParser
 
-DIALECTS = sorted(d for d in FORMATS if d != "auto")
+FAMILIES = sorted(d for d in FORMATS if d != "auto")
 # Enumerated strings keep SmolLM2's values short (a free raw value, it rambles to max_tokens);
 # `days` is an integer, written as JSON even by the key/value families.
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -66,8 +66,8 @@ def sample(engine, grammar: str, max_tokens: int = 160, prompt: str = PROMPT):
     return tokens, fin[0]
 
 
-def read(dialect: str, text: str):
-    p = OutputParser(start="content", dialect=dialect, tools=list(TOOLS))
+def read(family: str, text: str):
+    p = OutputParser(start="content", family=family, tools=list(TOOLS))
     return result_of(p.feed(text) + p.finish())
 
 
@@ -136,9 +136,9 @@ def test_every_family_has_a_grammar_and_a_request_is_forced_without_warning(capl
 
     req = ChatRequest(messages=(Message("user", "hi"),), tools=TOOLS, tool_choice="required")
     with caplog.at_level("WARNING", logger="prism"):
-        for dialect in (*DIALECTS, "auto"):
-            grammar = tool_grammar.request_grammar(req, dialect, "content")
-            assert grammar and "root ::=" in grammar, dialect
+        for family in (*FAMILIES, "auto"):
+            grammar = tool_grammar.request_grammar(req, family, "content")
+            assert grammar and "root ::=" in grammar, family
     assert "not enforced" not in caplog.text
     with pytest.raises(ValueError, match="no tool named"):
         forced_call("mistral", TOOLS, "launch_rockets")
@@ -181,8 +181,8 @@ def test_special_ids_reads_the_vocabulary(engine):
     assert list(found) == ["<filename>"]
     assert engine.detokenize([found["<filename>"]]) == "<filename>"
     # SmolLM2 has none of the families' special tokens: their markers stay text here
-    for dialect in DIALECTS:
-        assert special_ids(engine, preserved_tokens(dialect)) == {}, dialect
+    for family in FAMILIES:
+        assert special_ids(engine, preserved_tokens(family)) == {}, family
 
 
 @pytest.mark.model
@@ -200,36 +200,36 @@ def test_a_token_reference_samples_that_token(engine):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("dialect", DIALECTS)
-def test_llama_cpp_parses_every_variant(engine, dialect):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_llama_cpp_parses_every_variant(engine, family):
     for name in (None, "search"):
         for reasoning in (False, True):
-            grammar_check(engine, forced_call(dialect, TOOLS, name, reasoning=reasoning))
+            grammar_check(engine, forced_call(family, TOOLS, name, reasoning=reasoning))
     # with token references (ids in SmolLM2's range, as a real vocabulary's would be)
-    ids = {text: 1 + i for i, text in enumerate(preserved_tokens(dialect))}
-    grammar_check(engine, forced_call(dialect, TOOLS, None, reasoning=True, tokens=ids))
+    ids = {text: 1 + i for i, text in enumerate(preserved_tokens(family))}
+    grammar_check(engine, forced_call(family, TOOLS, None, reasoning=True, tokens=ids))
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("dialect", DIALECTS)
-def test_the_named_tool_is_called_once_in_the_familys_format(engine, dialect):
-    tokens, fin = sample(engine, forced_call(dialect, TOOLS, "get_weather"),
-                         max_tokens=120 * BUDGET.get(dialect, 1))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_named_tool_is_called_once_in_the_familys_format(engine, family):
+    tokens, fin = sample(engine, forced_call(family, TOOLS, "get_weather"),
+                         max_tokens=120 * BUDGET.get(family, 1))
     text = "".join(t.text for t in tokens)
     assert fin.reason == "stop", text  # the grammar ended: only end-of-generation was left
-    res = read(dialect, text)
+    res = read(family, text)
     assert len(res.tool_calls) == 1, text
     check_call(res.tool_calls[0], {"get_weather"})
     assert res.content.strip() == "" and res.reasoning == "", text
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("dialect", DIALECTS)
-def test_required_gives_calls_to_declared_tools(engine, dialect):
-    tokens, fin = sample(engine, forced_call(dialect, TOOLS),
-                         max_tokens=120 * BUDGET.get(dialect, 1))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_required_gives_calls_to_declared_tools(engine, family):
+    tokens, fin = sample(engine, forced_call(family, TOOLS),
+                         max_tokens=120 * BUDGET.get(family, 1))
     text = "".join(t.text for t in tokens)
-    res = read(dialect, text)
+    res = read(family, text)
     assert res.tool_calls, text
     for call in res.tool_calls:
         check_call(call, {"get_weather", "search"})
@@ -237,7 +237,7 @@ def test_required_gives_calls_to_declared_tools(engine, dialect):
         assert res.content.strip() == "", text
     else:  # cut inside a further call: what is left is that call's beginning, never a call
         assert fin.reason == "length" and text.endswith(res.content), text
-    if not FORMATS[dialect].several:
+    if not FORMATS[family].several:
         assert len(res.tool_calls) == 1
 
 
@@ -284,24 +284,24 @@ REASONED["apriel"] = ('[BEGIN FINAL RESPONSE]\n<tool_calls>[{"name": "search", "
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("dialect", sorted(REASONED))
-def test_reasoning_then_the_call(engine, dialect):
-    grammar = forced_call(dialect, TOOLS, "search", reasoning=True)
-    text = THOUGHT + REASONED[dialect]
+@pytest.mark.parametrize("family", sorted(REASONED))
+def test_reasoning_then_the_call(engine, family):
+    grammar = forced_call(family, TOOLS, "search", reasoning=True)
+    text = THOUGHT + REASONED[family]
     assert accepts(engine, grammar, text)
-    p = OutputParser(start="reasoning", dialect=dialect, tools=list(TOOLS))
+    p = OutputParser(start="reasoning", family=family, tools=list(TOOLS))
     res = result_of(p.feed(text) + p.finish())
     assert res.reasoning.strip() == THOUGHT
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("search", {"query": "news"})]
     # the call is required after the reasoning, and the reasoning must not hold the closer
     assert not accepts(engine, grammar, THOUGHT)
-    closer = markers(dialect).think_close
-    assert REASONED[dialect].startswith(closer)
+    closer = markers(family).think_close
+    assert REASONED[family].startswith(closer)
     assert not accepts(engine, grammar, "a" + closer + "b" + text)
     # without reasoning the same call is taken as is, not after free text
-    plain = forced_call(dialect, TOOLS, "search")
-    call = REASONED[dialect][len(closer):].lstrip("\n")
-    if dialect == "harmony":
+    plain = forced_call(family, TOOLS, "search")
+    call = REASONED[family][len(closer):].lstrip("\n")
+    if family == "harmony":
         call = call[len("<|start|>assistant"):]
     assert accepts(engine, plain, call)
     assert not accepts(engine, plain, "Sure. " + call)
@@ -379,13 +379,13 @@ TWO_CALLS["functionary-v3.2"] = ('search\n{"query": "news"}>>>get_weather\n'
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("dialect", sorted(TWO_CALLS))
-def test_required_takes_several_calls_and_a_named_tool_one(engine, dialect):
-    text = TWO_CALLS[dialect]
-    assert accepts(engine, forced_call(dialect, TOOLS), text)
-    assert not accepts(engine, forced_call(dialect, TOOLS, "search"), text)
-    assert not accepts(engine, forced_call(dialect, TOOLS), text + "\nDone.")
-    res = read(dialect, text)
+@pytest.mark.parametrize("family", sorted(TWO_CALLS))
+def test_required_takes_several_calls_and_a_named_tool_one(engine, family):
+    text = TWO_CALLS[family]
+    assert accepts(engine, forced_call(family, TOOLS), text)
+    assert not accepts(engine, forced_call(family, TOOLS, "search"), text)
+    assert not accepts(engine, forced_call(family, TOOLS), text + "\nDone.")
+    res = read(family, text)
     assert [(c.name, c.arguments) for c in res.tool_calls] == [
         ("search", {"query": "news"}), ("get_weather", {"city": "London", "days": 2})]
 
@@ -434,15 +434,15 @@ TWO_CALLS_QWEN = (ONE_CALL["qwen-xml"] + "\n<tool_call>\n<function=get_weather>\
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("dialect", sorted(ONE_CALL))
-def test_required_without_parallel_calls_takes_exactly_one(engine, dialect):
-    two = TWO_CALLS.get(dialect, TWO_CALLS_QWEN)
-    one = ONE_CALL[dialect]
-    single = forced_call(dialect, TOOLS, several=False)
-    assert accepts(engine, forced_call(dialect, TOOLS), two)  # the same text, parallel on
+@pytest.mark.parametrize("family", sorted(ONE_CALL))
+def test_required_without_parallel_calls_takes_exactly_one(engine, family):
+    two = TWO_CALLS.get(family, TWO_CALLS_QWEN)
+    one = ONE_CALL[family]
+    single = forced_call(family, TOOLS, several=False)
+    assert accepts(engine, forced_call(family, TOOLS), two)  # the same text, parallel on
     assert not accepts(engine, single, two)
     assert accepts(engine, single, one)
-    assert [c.name for c in read(dialect, one).tool_calls] == ["search"]
+    assert [c.name for c in read(family, one).tool_calls] == ["search"]
 
 
 def test_request_grammar_reads_parallel_calls():

@@ -1,4 +1,4 @@
-"""Drives one dialect's call-body reader directly (no OutputParser around it): whole, one
+"""Drives one family's call-body reader directly (no OutputParser around it): whole, one
 character at a time and in random chunks, and checks what every chunking must agree on."""
 
 from __future__ import annotations

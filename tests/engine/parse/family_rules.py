@@ -22,7 +22,7 @@ ARGS = {"city": "Paris", "days": 3}
 
 @dataclass(frozen=True)
 class Family:
-    dialect: str
+    family: str
     call: Callable[[str, dict], str]  # a whole call (its section included) for name, args
     malformed: str  # a call the family's reader must refuse
     think: tuple[str, str] | None = ("<think>", "</think>")  # reasoning opener, closer
@@ -31,7 +31,7 @@ class Family:
 
 def _parse(fam: Family, text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect=fam.dialect, tools=TOOLS, **kw)
+    return parse_all_ways(text, family=fam.family, tools=TOOLS, **kw)
 
 
 def reasoning_then_answer(fam: Family):

@@ -380,7 +380,7 @@ def test_bare_function_that_is_not_a_call_is_text():
 
 
 def test_bare_function_only_in_qwen_xml():
-    res = parse_all_ways(BARE_CALL, start="content", dialect="hermes-json", tools=TOOLS)
+    res = parse_all_ways(BARE_CALL, start="content", family="hermes-json", tools=TOOLS)
     assert res.tool_calls == () and res.content == BARE_CALL
 
 
@@ -397,7 +397,7 @@ def test_hermes_json_call_with_nested_arguments():
 def test_hermes_arguments_as_string_and_name_after_arguments():
     text = ('<tool_call>\n{"name": "f", "arguments": "{\\"a\\": 1}"}\n</tool_call>'
             '<tool_call>{"name": "g", "arguments": {"b": 2}, "name2": 0}</tool_call>')
-    res = parse_all_ways(text, start="content", dialect="hermes-json")
+    res = parse_all_ways(text, start="content", family="hermes-json")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("f", {"a": 1}), ("g", {"b": 2})]
 
 
@@ -426,5 +426,5 @@ def test_held_tail_is_visible_and_resolves():
 def test_bad_arguments_rejected():
     with pytest.raises(ValueError, match="start"):
         OutputParser(start="answer")
-    with pytest.raises(ValueError, match="dialect"):
-        OutputParser(dialect="yaml")
+    with pytest.raises(ValueError, match="family"):
+        OutputParser(family="yaml")

@@ -39,7 +39,7 @@ texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 chunkings = st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=200)
 options = st.fixed_dictionaries({
     "start": st.sampled_from(["reasoning", "content"]),
-    "dialect": st.sampled_from(["auto", "qwen-xml", "hermes-json"]),
+    "family": st.sampled_from(["auto", "qwen-xml", "hermes-json"]),
     "tools": st.sampled_from([(), TOOLS, UNION_TOOLS]),
 })
 
@@ -191,8 +191,8 @@ family_cases = st.sampled_from(sorted(FAMILY_PIECES)).flatmap(lambda d: st.tuple
 @given(case=family_cases, chunks=chunkings, start=st.sampled_from(["reasoning", "content"]),
        tools=st.sampled_from([(), TOOLS]), stream=st.booleans())
 def test_families_chunking_never_changes_events(case, chunks, start, tools, stream):
-    dialect, text = case
-    opts = {"start": start, "dialect": dialect, "tools": tools}
+    family, text = case
+    opts = {"start": start, "family": family, "tools": tools}
     whole = run(text, stream_tools=stream, **opts)
     pieces = run(text, chunks, stream_tools=stream, **opts)
     ones = run(text, [1] * len(text), stream_tools=stream, **opts)

@@ -1,6 +1,6 @@
 """engine/parse/parser_tags.py, through the parser: what a tag start in the text turns out to be:
 the reasoning closer (a stray one in the answer is dropped, a quoted one kept), a call opener (real
-mid-line in the answer, text when quoted), the dialect's openers only, and the events a tag
+mid-line in the answer, text when quoted), the family's openers only, and the events a tag
 leaves. Every case is parsed whole, per character and in random chunks, with stream_tools off
 and on (parse_all_ways), except where the events themselves are asserted."""
 
@@ -79,10 +79,10 @@ def test_quoted_think_close_in_content_is_kept():
     assert res.content == "Models write `</think>` to end." and not anomalies(res)
 
 
-def test_dialect_restricts_openers():
-    res = parse_all_ways(HERMES_CALL, start="content", dialect="qwen-xml")
+def test_family_restricts_openers():
+    res = parse_all_ways(HERMES_CALL, start="content", family="qwen-xml")
     assert res.tool_calls == () and res.content == HERMES_CALL
-    res = parse_all_ways(XML_CALL, start="content", dialect="hermes-json")
+    res = parse_all_ways(XML_CALL, start="content", family="hermes-json")
     assert res.tool_calls == () and res.content == XML_CALL
 
 

@@ -36,14 +36,14 @@ def test_it_is_the_public_face():
 def test_the_defaults_are_the_parsers_own():
     r = Reading()
     p, plain = r.parser(), OutputParser()
-    assert (p.dialect, p.stream_tools, p.state) == (plain.dialect, plain.stream_tools,
+    assert (p.family, p.stream_tools, p.state) == (plain.family, plain.stream_tools,
                                                    plain.state)
     assert r.filters() == [] and r.reply_filters() == []
 
 
 def test_the_parser_is_made_as_the_reading_says():
     p = FULL.parser(id_prefix="x")
-    assert (p.dialect, p.stream_tools, p.state) == ("qwen-xml", True, "content")
+    assert (p.family, p.stream_tools, p.state) == ("qwen-xml", True, "content")
     evs = p.feed(CALL) + p.finish()
     (call,) = [e.call for e in evs if e.kind == TOOL_CALL]
     assert call.arguments == {"a": 1}  # typed by the declared tool's schema
@@ -109,7 +109,7 @@ def test_tools_are_a_tuple_and_readings_compare_by_value():
 
 
 def test_a_bad_reading_fails_where_it_is_used():
-    with pytest.raises(ValueError, match="dialect"):
+    with pytest.raises(ValueError, match="family"):
         Reading(family="martian").parser()
     with pytest.raises(ValueError, match="start"):
         Reading(start="nowhere").parser()

@@ -209,7 +209,7 @@ def test_a_string_or_integer_value_streams_as_it_reads_through_a_whole_call():
     text = ("<tool_call>\n<function=set_union>\n<parameter=a>\n7\n</parameter>\n"
             "<parameter=b>\n12 dollars and more text\n</parameter>\n<parameter=c>\n007\n"
             "</parameter>\n<parameter=d>\nx\n</parameter>\n</function>\n</tool_call>")
-    res = parse_all_ways(text, dialect="qwen-xml", start="content", tools=tools)
+    res = parse_all_ways(text, family="qwen-xml", start="content", tools=tools)
     assert res.tool_calls[0].arguments == {"a": 7, "b": "12 dollars and more text", "c": "007",
                                            "d": "x"}
     assert not anomalies(res)

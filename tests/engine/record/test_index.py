@@ -20,7 +20,7 @@ def _interleaved(path: Path) -> Recorder:
     ids = ("a-1", 'b"2\\é', "c-3")
     for n, rid in enumerate(ids):
         rec.request(rid, {"messages": [{"role": "user", "content": f"ask {n} «é»"}]},
-                    f"<prompt {n}>", start_state="content", dialect="qwen-xml", t0=float(n))
+                    f"<prompt {n}>", start_state="content", family="qwen-xml", t0=float(n))
     for i in range(5):
         for n, rid in enumerate(ids):
             top = (("x", -0.5), ("y", -1.5)) if i == 2 else ()

@@ -208,7 +208,7 @@ def test_an_older_recording_says_unknown(tmp_path):
     path = tmp_path / "old.jsonl"
     lines = [{"format": "prism-session", "version": 1, "model": "qwen", "pack": "qwen3-xml"},
              {"type": "request", "id": "r0", "t": 0, "request": {"messages": []}, "prompt": "",
-              "start_state": "content", "dialect": "qwen-xml", "tools": []},
+              "start_state": "content", "family": "qwen-xml", "tools": []},
              {"type": "token", "id": "r0", "i": 0, "tok": 1, "text": "Hi.", "t": 0.25},
              {"type": "finish", "id": "r0", "reason": "stop", "timings": {}, "result": None}]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")

@@ -41,7 +41,7 @@ def _write_one(rec: Recorder, rid: str = "r1", t0: float = 100.0) -> None:
         "<prompt>",
         start_state="reasoning",
         api="openai",
-        dialect="hermes-json",
+        family="hermes-json",
         stream_tools=False,
         tools=REQ.tools,
         t0=t0,
@@ -67,7 +67,7 @@ def test_round_trip(tmp_path: Path) -> None:
     assert r.id == "r1"
     assert r.prompt == "<prompt>"
     assert r.start_state == "reasoning"
-    assert r.api == "openai" and r.dialect == "hermes-json"
+    assert r.api == "openai" and r.family == "hermes-json"
     assert r.stream_tools is False
     assert r.tools == REQ.tools
     assert r.text == "Hello 🙂"
@@ -228,20 +228,21 @@ def test_recordings_are_private(tmp_path: Path, monkeypatch) -> None:
     assert stat.S_IMODE(explicit.stat().st_mode) == 0o600
 
 
-@pytest.mark.parametrize(("fields", "api", "dialect"), [
-    ({"api": "anthropic", "dialect": "qwen-xml"}, "anthropic", "qwen-xml"),  # this version
+@pytest.mark.parametrize(("fields", "api", "family"), [
+    ({"api": "anthropic", "family": "qwen-xml"}, "anthropic", "qwen-xml"),  # this version
+    ({"api": "anthropic", "dialect": "qwen-xml"}, "anthropic", "qwen-xml"),  # family as dialect
     ({"dialect": "openai", "parser_dialect": "hermes-json"}, "openai", "hermes-json"),  # before
     ({"dialect": "qwen-xml"}, "responses", "qwen-xml"),  # earliest: dialect was the parser's
 ])
-def test_older_files_name_the_client_and_the_dialect_differently(tmp_path: Path, fields, api,
-                                                                  dialect) -> None:
+def test_older_files_name_the_client_and_the_family_differently(tmp_path: Path, fields, api,
+                                                                 family) -> None:
     header = {"format": "prism-session", "version": 1, "model": "m", "pack": "p"}
     body = {"messages": [{"role": "user", "content": "hi"}], "dialect": "responses"}
     rec = {"type": "request", "id": "r1", "request": body, "prompt": "p", **fields}
     path = tmp_path / "old.jsonl"
     path.write_text(json.dumps(header) + "\n" + json.dumps(rec) + "\n", encoding="utf-8")
     (r,) = read_session(path).requests
-    assert (r.api, r.dialect) == (api, dialect)
+    assert (r.api, r.family) == (api, family)
     # The request body of those files names its client `dialect` too.
     assert request_from_dict(r.request).api == "responses"
 
@@ -274,16 +275,16 @@ def test_a_request_is_recorded_with_its_reading(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with Recorder(path) as rec:
         # The reading wins over the separate fields, which are written from it.
-        rec.request("r1", REQ, "<prompt>", start_state="reasoning", dialect="qwen-xml",
+        rec.request("r1", REQ, "<prompt>", start_state="reasoning", family="qwen-xml",
                     reading=reading, t0=0.0)
     line = json.loads(path.read_text(encoding="utf-8").splitlines()[1])
     assert line["reading"] == reading.to_dict()
-    assert (line["start_state"], line["dialect"], line["stream_tools"]) == (
+    assert (line["start_state"], line["family"], line["stream_tools"]) == (
         "content", "hermes-json", True)  # for readers that predate readings
     assert line["tools"] == list(REQ.tools)
     (r,) = read_session(path).requests
     assert r.reading == reading
-    assert (r.start_state, r.dialect, r.stream_tools, r.tools) == (
+    assert (r.start_state, r.family, r.stream_tools, r.tools) == (
         "content", "hermes-json", True, REQ.tools)
 
 
@@ -308,28 +309,28 @@ def test_an_old_request_record_without_a_reading_still_loads(tmp_path: Path, bod
     assert r.reading == Reading(start="reasoning", family="qwen-xml", tools=tuple(body["tools"]),
                                 tools_declared=True, stream_tools=False, one_call=one_call,
                                 calls_as_text=as_text)
-    assert (r.start_state, r.dialect, r.stream_tools) == ("reasoning", "qwen-xml", False)
+    assert (r.start_state, r.family, r.stream_tools) == ("reasoning", "qwen-xml", False)
 
 
 def test_the_demo_recording_loads_with_readings() -> None:
     from tests.support import DEMO
 
     requests = read_session(DEMO).requests
-    assert requests and all(r.reading.family == r.dialect == "qwen-xml" for r in requests)
+    assert requests and all(r.reading.family == r.family == "qwen-xml" for r in requests)
     assert all(r.reading.tools_declared and r.reading.start == r.start_state for r in requests)
 
 
 def test_an_unknown_family_is_left_to_the_player(tmp_path: Path) -> None:
     """A family this version does not know (a newer file, or the oldest with none) reads as
-    auto; `dialect` keeps the recorded name, so a player falls back to the pack's."""
+    auto; `family` keeps the recorded name, so a player falls back to the pack's."""
     header = {"format": "prism-session", "version": 1}
     old = {"type": "request", "id": "a", "request": {"messages": []}, "prompt": "p"}
     new = {**old, "id": "b", "reading": {"family": "martian", "start": "content"}}
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in (header, old, new)), encoding="utf-8")
     a, b = read_session(path).requests
-    assert (a.dialect, a.reading.family, a.reading.start) == ("", "auto", "content")
-    assert (b.dialect, b.reading.family, b.reading.start) == ("martian", "martian", "content")
+    assert (a.family, a.reading.family, a.reading.start) == ("", "auto", "content")
+    assert (b.family, b.reading.family, b.reading.start) == ("martian", "martian", "content")
 
 
 def test_a_damaged_reading_is_damage(tmp_path: Path) -> None:

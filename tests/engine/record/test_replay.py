@@ -7,6 +7,7 @@ pause holds it there instead of sleeping and hoping.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -310,7 +311,7 @@ def agent_session(tmp_path: Path) -> Path:
         for rid, req, text in (("chat", CHAT, "<tool_call>call</tool_call>"),
                                ("title", TITLE, "Paris weather"),
                                ("after", FOLLOW_UP, "It is sunny.")):
-            rec.request(rid, req, "prompt", start_state="content", dialect="hermes-json",
+            rec.request(rid, req, "prompt", start_state="content", family="hermes-json",
                         t0=0.0)
             rec.token(rid, 0, Token(1, text, 0.1))
             rec.finish(rid, Finish("stop", Timings(output_tokens=1)))
@@ -351,9 +352,29 @@ def test_a_request_the_recording_does_not_hold_is_refused_before_it_is_queued(
     assert run(eng, CHAT).text == "<tool_call>call</tool_call>"
 
 
-def test_recorded_start_state_and_dialect_come_back(make, agent_session):
+def test_recorded_start_state_and_family_come_back(make, agent_session):
     eng = make(agent_session)
     assert eng.prepare(Collector().job, TITLE) == ("content", "hermes-json")
+
+
+def test_a_recording_naming_the_family_dialect_replays_the_same(make, agent_session,
+                                                                 tmp_path: Path):
+    """Files written before the concept was called a family name it `dialect`: they replay
+    as the same recording written now does."""
+    lines = []
+    for line in agent_session.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "request":
+            rec["dialect"] = rec.pop("family")
+        lines.append(json.dumps(rec))
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert '"dialect": "hermes-json"' in old.read_text(encoding="utf-8")
+    now, then = make(agent_session), make(old)
+    for eng in (now, then):
+        assert eng.prepare(Collector().job, TITLE) == ("content", "hermes-json")
+    for req in (TITLE, CHAT, FOLLOW_UP):
+        assert run(then, req).text == run(now, req).text
 
 
 def test_plain_text_keeps_its_order_and_can_go_to_tool_requests_only(make, tmp_path: Path):
@@ -388,7 +409,7 @@ def call_then_answer(tmp_path: Path) -> list[Path]:
     return paths
 
 
-def test_holds_call_reads_the_dialect_it_is_given() -> None:
+def test_holds_call_reads_the_family_it_is_given() -> None:
     assert holds_call(CALL) and holds_call(f"<think>I will look.</think>{CALL}", "qwen-xml")
     assert not holds_call("No call here, only <b>markup</b>.")
     assert not holds_call(CALL, "mistral")  # a Qwen call is text to Mistral's reader

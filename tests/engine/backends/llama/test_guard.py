@@ -65,7 +65,7 @@ def opener(family: str) -> str:
     open (what the model must write before the guard takes over)."""
     text = REGISTRY[family].writer.write_call(ToolCall("c0", "set_alarm",
                                                         {"hour": 7, "mode": "loud"}, 0))
-    parser = OutputParser(start="content", dialect=family, tools=TOOLS, tools_declared=True)
+    parser = OutputParser(start="content", family=family, tools=TOOLS, tools_declared=True)
     for k, ch in enumerate(text):
         parser.feed(ch)
         if parser.state == "call":
@@ -77,7 +77,7 @@ def lead_for(family: str) -> str:
     """A little text, then the family's opener: what the model writes before the guard acts
     (the opener alone for the families whose calls must open the reply)."""
     lead = "Sure.\n" + opener(family)
-    parser = OutputParser(start="content", dialect=family, tools=TOOLS, tools_declared=True)
+    parser = OutputParser(start="content", family=family, tools=TOOLS, tools_declared=True)
     parser.feed(lead)
     return lead if parser.state == "call" else opener(family)
 
@@ -86,7 +86,7 @@ class Run:
     def __init__(self, family: str, prompt: str, lead: str, *, guard: bool = True,
                  start: str = "content", max_tokens: int = 300, top_logprobs: int = 0,
                  stop_at_call: bool = True) -> None:
-        self.parser = OutputParser(start=start, dialect=family, tools=TOOLS,
+        self.parser = OutputParser(start=start, family=family, tools=TOOLS,
                                    tools_declared=True)
         self.tokens: list[Token] = []
         self.events = []

@@ -41,7 +41,7 @@ FAMILY = Family("apertus", call, a.TOOLS + '[{"get_weather": {"city": Paris}}]' 
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="apertus", tools=TOOLS, **kw)
+    return parse_all_ways(text, family="apertus", tools=TOOLS, **kw)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -157,7 +157,7 @@ def test_writer_writes_one_list():
 
 @pytest.mark.skipif(not REAL.is_dir(), reason="needs ../shared/templates (the real templates)")
 def test_the_real_template_is_detected():
-    assert detect((REAL / "Apertus-8B-Instruct.jinja").read_text()).dialect == "apertus"
+    assert detect((REAL / "Apertus-8B-Instruct.jinja").read_text()).family == "apertus"
 
 
 def test_the_pack_prompt_leaves_the_model_in_the_answer_and_thinking_is_asked_for():

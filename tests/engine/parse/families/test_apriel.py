@@ -41,7 +41,7 @@ FAMILY = Family("apriel", call,
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
     kw.setdefault("tools", TOOLS)
-    return parse_all_ways(text, dialect="apriel", **kw)
+    return parse_all_ways(text, family="apriel", **kw)
 
 
 def calls(res) -> list[tuple]:
@@ -125,7 +125,7 @@ def test_an_answer_then_calls_then_more_answer():
 @needs_templates
 def test_the_real_templates_are_detected_and_no_other_is():
     for path in sorted(SHARED.glob("*.jinja")):
-        found = detect(path.read_text("utf-8")).dialect
+        found = detect(path.read_text("utf-8")).family
         assert (found == "apriel") == (path.name in TEMPLATES), path.name
     # MiniMax-M1 also frames its calls in <tool_calls>: its template never writes our marker
     assert ap.FINAL not in (SHARED / "MiniMax-M1.jinja").read_text("utf-8")
@@ -140,7 +140,7 @@ ASK = Message("user", "Weather in Paris for two days, and Lyon?")
 
 def template(name: str) -> ChatTemplate:
     return ChatTemplate((SHARED / name).read_text("utf-8"), bos_token="<s>", eos_token="</s>",
-                        dialect="apriel")
+                        family="apriel")
 
 
 @needs_templates

@@ -45,7 +45,7 @@ FAMILY = Family("command-r7b", call,
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
     kw.setdefault("tools", TOOLS)
-    return parse_all_ways(text, dialect="command-r7b", **kw)
+    return parse_all_ways(text, family="command-r7b", **kw)
 
 
 def calls(res) -> list[tuple]:
@@ -153,14 +153,14 @@ def test_smg_malformed_json_is_text():
 @needs_templates
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_the_real_templates_are_detected_as_command_r7b(name):
-    assert detect((SHARED / name).read_text("utf-8")).dialect == "command-r7b"
+    assert detect((SHARED / name).read_text("utf-8")).family == "command-r7b"
 
 
 @needs_templates
 def test_no_other_real_template_is_detected_as_command_r7b():
     for path in sorted(SHARED.glob("*.jinja")):
         if path.name not in TEMPLATES:
-            assert detect(path.read_text("utf-8")).dialect != "command-r7b", path.name
+            assert detect(path.read_text("utf-8")).family != "command-r7b", path.name
 
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather",
@@ -179,7 +179,7 @@ def turn_text(name: str, turn: Message, **kw) -> tuple[str, str]:
     assistant opener and the turn's end. R7B's template writes its generation prompt even
     without add_generation_prompt, so the turn is cut at its end-of-turn token."""
     tpl = ChatTemplate((SHARED / name).read_text("utf-8"), bos_token="<BOS_TOKEN>",
-                       dialect="command-r7b")
+                       family="command-r7b")
     prompt = tpl.render([ASK], tools=[WEATHER], **kw)
     whole = tpl.render([ASK, turn], tools=[WEATHER], add_generation_prompt=False, **kw)
     opener = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
@@ -241,7 +241,7 @@ def test_the_writer_writes_the_calls_as_the_template_does():
 def test_the_call_id_streams_with_the_calls_first_event():
     text = call("get_weather", {"city": "Paris"}).replace('"0"', '"7"')
     for chunks in (None, [1] * len(text)):
-        events = run(text, chunks, dialect="command-r7b", start="content", stream_tools=True)
+        events = run(text, chunks, family="command-r7b", start="content", stream_tools=True)
         ids = {e.call_id for e in events if e.kind in (TOOL_START, TOOL_CALL)}
         assert ids == {"7"}
 

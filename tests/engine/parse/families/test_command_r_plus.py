@@ -41,7 +41,7 @@ FAMILY = Family("command-r-plus", call,
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
     kw.setdefault("tools", TOOLS)
-    return parse_all_ways(text, dialect="command-r-plus", **kw)
+    return parse_all_ways(text, family="command-r-plus", **kw)
 
 
 def anomalies(res) -> dict:
@@ -73,13 +73,13 @@ TWO = (("get_weather", {"city": "Paris", "days": 2}), ("get_weather", {"city": "
 
 def template() -> ChatTemplate:
     return ChatTemplate((SHARED / TEMPLATE).read_text("utf-8"), bos_token="<BOS_TOKEN>",
-                        dialect="command-r-plus")
+                        family="command-r-plus")
 
 
 @needs_templates
 def test_the_real_template_is_detected_and_no_other_is():
     for path in sorted(SHARED.glob("*.jinja")):
-        found = detect(path.read_text("utf-8")).dialect
+        found = detect(path.read_text("utf-8")).family
         assert (found == "command-r-plus") == (path.name == TEMPLATE), path.name
 
 

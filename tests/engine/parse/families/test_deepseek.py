@@ -22,7 +22,7 @@ ARGS = {"city": "Tokyo", "days": 2}
 
 
 def parse(text: str, **kw):
-    return parse_all_ways(text, dialect="deepseek", tools=TOOLS, **kw)
+    return parse_all_ways(text, family="deepseek", tools=TOOLS, **kw)
 
 
 def test_reasoning_then_answer():

@@ -73,14 +73,14 @@ def test_string_attribute_decides_over_the_schema():
     text = (f'{dsml.SECTION}{dsml.INVOKE}get_weather">{dsml.PARAM}days" string="true">3'
             f'{dsml.PARAM_END}{dsml.PARAM}city" string="false">["a"]{dsml.PARAM_END}'
             f"{dsml.INVOKE_END}{dsml.SECTION_END}")
-    res = parse_all_ways(text, dialect="dsml", start="content", tools=[])
+    res = parse_all_ways(text, family="dsml", start="content", tools=[])
     assert res.tool_calls[0].arguments == {"days": "3", "city": ["a"]}
 
 
 def test_several_invokes_in_one_section():
     two = (f'{dsml.SECTION}\n{dsml.INVOKE}a">\n{dsml.INVOKE_END}\n{dsml.INVOKE}b">\n'
            f"{_param('x', 1)}{dsml.INVOKE_END}\n{dsml.SECTION_END}")
-    res = parse_all_ways(two, dialect="dsml", start="content")
+    res = parse_all_ways(two, family="dsml", start="content")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("a", {}), ("b", {"x": 1})]
     assert res.content == ""
 
@@ -102,7 +102,7 @@ TOKYO = (f"{dsml.SECTION_V4}\n{dsml.INVOKE}get_time\">\n"
 
 def test_v4_section_after_the_reasoning_is_the_calls_markup():
     # llama.cpp tests/test-chat.cpp, DeepSeek V4 "Thinking + tool call (single, string param)"
-    res = parse_all_ways("Let me check the time</think>\n\n" + TOKYO, dialect="dsml",
+    res = parse_all_ways("Let me check the time</think>\n\n" + TOKYO, family="dsml",
                          start="reasoning", tools=GET_TIME)
     assert (res.reasoning, res.content) == ("Let me check the time", "")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("get_time", {"city": "Tokyo"})]
@@ -111,7 +111,7 @@ def test_v4_section_after_the_reasoning_is_the_calls_markup():
 
 def test_v4_section_in_unclosed_reasoning_ends_it_with_its_opener():
     # llama.cpp tests/test-chat.cpp, the last DeepSeek V4 case: "no </think> after the TC close"
-    res = parse_all_ways("Let me check the time\n\n" + TOKYO, dialect="dsml", start="reasoning",
+    res = parse_all_ways("Let me check the time\n\n" + TOKYO, family="dsml", start="reasoning",
                          tools=GET_TIME)
     assert (res.reasoning, res.content) == ("Let me check the time", "")
     assert [c.arguments for c in res.tool_calls] == [{"city": "Tokyo"}]
@@ -127,7 +127,7 @@ def test_v4_answer_then_several_invokes_in_one_section():
            f'{dsml.INVOKE}get_weather">\n{dsml.PARAM}city" string="true">Paris{dsml.PARAM_END}\n'
            f"{dsml.INVOKE_END}\n{dsml.SECTION_END_V4}")
     res = parse_all_ways("Thinking about it</think>Let me call the function.\n\n" + two,
-                         dialect="dsml", start="reasoning")
+                         family="dsml", start="reasoning")
     assert (res.reasoning, res.content) == ("Thinking about it", "Let me call the function.")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [
         ("get_time", {"city": "Paris"}), ("get_weather", {"city": "Paris"})]
@@ -138,7 +138,7 @@ def test_v4_flash_separator_belongs_to_the_call():
     # separator belongs to the tool call block, not assistant content."
     text = ("\n\n" + f"{dsml.SECTION_V4}\n{dsml.INVOKE}special_function\">\n"
             + _param("arg1", 1) + f"{dsml.INVOKE_END}\n{dsml.SECTION_END_V4}")
-    res = parse_all_ways(text, dialect="dsml", start="content")
+    res = parse_all_ways(text, family="dsml", start="content")
     assert res.content == "" and [c.arguments for c in res.tool_calls] == [{"arg1": 1}]
 
 
@@ -146,9 +146,9 @@ def test_v4_flash_separator_belongs_to_the_call():
 @pytest.mark.parametrize("name", V4_TEMPLATES)
 def test_what_the_v4_templates_write_is_read_back(name):
     source = (SHARED / name).read_text("utf-8")
-    assert detect(source).dialect == "dsml"
+    assert detect(source).family == "dsml"
     tpl = ChatTemplate(source, bos_token="<｜begin▁of▁sentence｜>",
-                       eos_token="<｜end▁of▁sentence｜>", dialect="dsml")
+                       eos_token="<｜end▁of▁sentence｜>", family="dsml")
     ask = Message("user", "Time in Tokyo and weather in Paris?")
     for thinking, want in ((True, "reasoning"), (False, "content")):
         prompt = tpl.render([ask], tools=GET_TIME, enable_thinking=thinking)
@@ -163,7 +163,7 @@ def test_what_the_v4_templates_write_is_read_back(name):
     text = whole[whole.rindex("<｜Assistant｜><think>") + len("<｜Assistant｜><think>"):]
     text = text.removesuffix("<｜end▁of▁sentence｜>")
     assert dsml.SECTION_V4 in text
-    res = parse_all_ways(text, dialect="dsml", start="reasoning", tools=GET_TIME)
+    res = parse_all_ways(text, family="dsml", start="reasoning", tools=GET_TIME)
     assert (res.reasoning, res.content) == ("Two tools.", "Checking.")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [
         ("get_time", {"city": "Tokyo"}), ("get_weather", {"city": "Paris", "days": 2})]
@@ -185,7 +185,7 @@ V41 = ('Let me check.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name="get_weathe
 
 
 def test_v41_spaced_tags():
-    res = parse_all_ways(V41, dialect="dsml", start="content")
+    res = parse_all_ways(V41, family="dsml", start="content")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [
         ("get_weather", {"city": "Hangzhou", "days": 3})]
     assert res.content == "Let me check." and not anomalies(res)
@@ -195,7 +195,7 @@ def test_json_body_and_self_closing_invoke():
     text = (f'{dsml.SECTION}\n{dsml.INVOKE}get_weather">\n{{"location": "Beijing", "n": [1]}}\n'
             f'{dsml.INVOKE_END}\n{dsml.INVOKE}get_time"/>\n{dsml.INVOKE}ping" />\n'
             f"{dsml.SECTION_END} after")
-    res = parse_all_ways(text, dialect="dsml", start="content")
+    res = parse_all_ways(text, family="dsml", start="content")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [
         ("get_weather", {"location": "Beijing", "n": [1]}), ("get_time", {}), ("ping", {})]
     assert res.content == " after" and not anomalies(res)
@@ -206,10 +206,10 @@ def test_call_quoted_in_backticks_is_never_executed():
     in the answer and in the reasoning."""
     call = call_v4("get_weather", {"city": "Paris"})
     text = "Example: `" + call + "` is how it looks."
-    res = parse_all_ways(text, dialect="dsml", start="content")
+    res = parse_all_ways(text, family="dsml", start="content")
     assert res.tool_calls == () and res.content == text
-    res = parse_all_ways(text + "\n</think>\nok", dialect="dsml", start="reasoning")
+    res = parse_all_ways(text + "\n</think>\nok", family="dsml", start="reasoning")
     assert res.tool_calls == () and res.reasoning == text
     # A stray backtick without call markup in it does not quote the next line's call.
-    res = parse_all_ways("Use `grep.\n" + call, dialect="dsml", start="content")
+    res = parse_all_ways("Use `grep.\n" + call, family="dsml", start="content")
     assert [c.name for c in res.tool_calls] == ["get_weather"]

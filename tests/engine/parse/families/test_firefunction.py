@@ -47,7 +47,7 @@ FAMILY = Family("firefunction", call,
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="firefunction", **kw)
+    return parse_all_ways(text, family="firefunction", **kw)
 
 
 def calls(res) -> list:
@@ -72,7 +72,7 @@ PIECES = [
        chunks=chunkings, start=st.sampled_from(["reasoning", "content"]),
        tools=st.sampled_from([(), TOOLS]), stream=st.booleans())
 def test_chunking_never_changes_events(text, chunks, start, tools, stream):
-    opts = {"start": start, "dialect": "firefunction", "tools": tools}
+    opts = {"start": start, "family": "firefunction", "tools": tools}
     whole = run(text, stream_tools=stream, **opts)
     pieces = run(text, chunks, stream_tools=stream, **opts)
     ones = run(text, [1] * len(text), stream_tools=stream, **opts)
@@ -163,17 +163,17 @@ LLAMA_CPP = {"functions": json.dumps([WEATHER], indent=2), "datetime": "Jan 29 2
 
 @needs_templates
 def test_the_real_template_is_detected_as_firefunction_not_llama3():
-    assert detect((SHARED / TEMPLATE).read_text("utf-8")).dialect == "firefunction"
+    assert detect((SHARED / TEMPLATE).read_text("utf-8")).family == "firefunction"
 
 
 @needs_templates
 def test_no_other_real_template_is_detected_as_firefunction():
     for path in sorted(SHARED.glob("*.jinja")):
         if path.name != TEMPLATE:
-            assert detect(path.read_text("utf-8")).dialect != "firefunction", path.name
+            assert detect(path.read_text("utf-8")).family != "firefunction", path.name
     for name in ("meta-llama-Llama-3.1-8B-Instruct.jinja",
                  "meta-llama-Llama-3.3-70B-Instruct.jinja"):
-        assert detect((SHARED / name).read_text("utf-8")).dialect == "llama3-json"
+        assert detect((SHARED / name).read_text("utf-8")).family == "llama3-json"
 
 
 @needs_templates

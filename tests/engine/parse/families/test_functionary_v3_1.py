@@ -43,7 +43,7 @@ FAMILY = Family("functionary-v3.1", call, '<function=get_weather>{"city": "Paris
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="functionary-v3.1", **kw)
+    return parse_all_ways(text, family="functionary-v3.1", **kw)
 
 
 def calls(res) -> list:
@@ -67,7 +67,7 @@ PIECES = [
        chunks=chunkings, start=st.sampled_from(["reasoning", "content"]),
        tools=st.sampled_from([(), TOOLS]), stream=st.booleans())
 def test_chunking_never_changes_events(text, chunks, start, tools, stream):
-    opts = {"start": start, "dialect": "functionary-v3.1", "tools": tools}
+    opts = {"start": start, "family": "functionary-v3.1", "tools": tools}
     whole = run(text, stream_tools=stream, **opts)
     pieces = run(text, chunks, stream_tools=stream, **opts)
     ones = run(text, [1] * len(text), stream_tools=stream, **opts)
@@ -120,7 +120,7 @@ def test_qwen_xml_bodies_are_not_this_familys_calls():
     res = parse(text)
     assert res.tool_calls == () and res.content == text
     # and the Qwen XML reader still reads them, as before
-    qwen = parse_all_ways("<tool_call>\n" + text + "\n</tool_call>", dialect="qwen-xml",
+    qwen = parse_all_ways("<tool_call>\n" + text + "\n</tool_call>", family="qwen-xml",
                           start="content")
     assert calls(qwen) == [("get_weather", {"city": "Paris"})]
 
@@ -158,16 +158,16 @@ ASK = Message("user", "Weather in Paris for two days, and Lyon?")
 def test_the_real_template_is_detected_as_functionary_v3_1():
     # it writes `<function=` (as Qwen XML's templates do) and `<|start_header_id|>` (as
     # Llama 3's do): neither family takes it
-    assert detect((SHARED / TEMPLATE).read_text("utf-8")).dialect == "functionary-v3.1"
+    assert detect((SHARED / TEMPLATE).read_text("utf-8")).family == "functionary-v3.1"
 
 
 @needs_templates
 def test_no_other_real_template_is_detected_as_functionary_v3_1():
     for path in sorted(SHARED.glob("*.jinja")):
         if path.name != TEMPLATE:
-            assert detect(path.read_text("utf-8")).dialect != "functionary-v3.1", path.name
+            assert detect(path.read_text("utf-8")).family != "functionary-v3.1", path.name
     for name in ("Qwen3-Coder.jinja", "Qwen3.5-4B.jinja"):
-        assert detect((SHARED / name).read_text("utf-8")).dialect == "qwen-xml"
+        assert detect((SHARED / name).read_text("utf-8")).family == "qwen-xml"
 
 
 @needs_templates

@@ -43,7 +43,7 @@ FAMILY = Family("functionary-v3.2", call, '>>>get_weather\n{"city": "Paris",}', 
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="functionary-v3.2", **kw)
+    return parse_all_ways(text, family="functionary-v3.2", **kw)
 
 
 def calls(res) -> list:
@@ -67,7 +67,7 @@ PIECES = [
        chunks=chunkings, start=st.sampled_from(["reasoning", "content"]),
        tools=st.sampled_from([(), TOOLS]), stream=st.booleans())
 def test_chunking_never_changes_events(text, chunks, start, tools, stream):
-    opts = {"start": start, "dialect": "functionary-v3.2", "tools": tools}
+    opts = {"start": start, "family": "functionary-v3.2", "tools": tools}
     whole = run(text, stream_tools=stream, **opts)
     pieces = run(text, chunks, stream_tools=stream, **opts)
     ones = run(text, [1] * len(text), stream_tools=stream, **opts)
@@ -111,7 +111,7 @@ def test_the_answer_header_is_markup_at_the_start_and_later():
     res = parse(text)
     assert calls(res) == [("get_weather", {"city": "A"}), ("get_weather", {"city": "B"})]
     assert res.content == "Both asked." and not anomalies(res)
-    events = run("all\nHi", dialect="functionary-v3.2", start="content")
+    events = run("all\nHi", family="functionary-v3.2", start="content")
     assert [(e.kind, e.text) for e in events] == [(MARKUP, "all\n"), ("content", "Hi")]
 
 
@@ -176,14 +176,14 @@ ASK = Message("user", "Weather in Paris for two days, and Lyon?")
 
 @needs_templates
 def test_the_real_template_is_detected_as_functionary_v3_2():
-    assert detect((SHARED / TEMPLATE).read_text("utf-8")).dialect == "functionary-v3.2"
+    assert detect((SHARED / TEMPLATE).read_text("utf-8")).family == "functionary-v3.2"
 
 
 @needs_templates
 def test_no_other_real_template_is_detected_as_functionary_v3_2():
     for path in sorted(SHARED.glob("*.jinja")):
         if path.name != TEMPLATE:
-            assert detect(path.read_text("utf-8")).dialect != "functionary-v3.2", path.name
+            assert detect(path.read_text("utf-8")).family != "functionary-v3.2", path.name
 
 
 @needs_templates

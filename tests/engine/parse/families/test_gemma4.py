@@ -57,19 +57,19 @@ def test_rule(rule):
 def test_nested_values_and_quoted_strings_with_any_character():
     args = {"s": 'a "quote", a } brace and <|tool>', "n": -1.5, "i": 7, "b": False, "z": None,
             "l": [1, {"k": ["x"]}], "o": {"deep": {"er": True}}}
-    res = parse_all_ways(call("f", args), dialect="gemma4", start="content")
+    res = parse_all_ways(call("f", args), family="gemma4", start="content")
     assert res.tool_calls[0].arguments == args
 
 
 def test_json_strings_and_quoted_keys_are_read_too():
     text = f'{gemma4.CALL}call:f{{"a b":"x\\n", {Q}c{Q}: 1}}{gemma4.CALL_END}'
-    res = parse_all_ways(text, dialect="gemma4", start="content")
+    res = parse_all_ways(text, family="gemma4", start="content")
     assert res.tool_calls[0].arguments == {"a b": "x\n", "c": 1}
 
 
 def test_thought_then_call():
     text = f"{gemma4.THOUGHT}\nNeed data.{gemma4.THOUGHT_END}Checking.\n" + call("f", {"a": 1})
-    res = parse_all_ways(text, dialect="gemma4", start="content")
+    res = parse_all_ways(text, family="gemma4", start="content")
     assert (res.reasoning, res.content) == ("Need data.", "Checking.")
     assert [c.arguments for c in res.tool_calls] == [{"a": 1}]
 
@@ -106,7 +106,7 @@ ASSIST = "Hello, world!\nWhat's up?"  # llama.cpp's message_assist
 ])
 def test_empty_and_doubled_thought_blocks_leave_the_answer(text, stray):
     for start in ("content", "reasoning"):
-        res = parse_all_ways(text, dialect="gemma4", start=start)
+        res = parse_all_ways(text, family="gemma4", start=start)
         assert (res.reasoning, res.content, res.tool_calls) == ("", ASSIST, ())
         assert anomalies(res) == ({"stray_think_end": stray} if stray else {})
 
@@ -114,14 +114,14 @@ def test_empty_and_doubled_thought_blocks_leave_the_answer(text, stray):
 def test_a_thought_block_in_the_answer_is_reasoning_and_a_doubled_opener_is_markup():
     text = (f"{gemma4.THOUGHT}\nFirst.{gemma4.THOUGHT_END}Partly.{gemma4.THOUGHT}\n"
             f"{gemma4.THOUGHT}\nSecond.{gemma4.THOUGHT_END} Done." + call("f", {"a": 1}))
-    res = parse_all_ways(text, dialect="gemma4", start="content")
+    res = parse_all_ways(text, family="gemma4", start="content")
     assert (res.reasoning, res.content) == ("First.Second.", "Partly. Done.")
     assert [c.arguments for c in res.tool_calls] == [{"a": 1}] and not anomalies(res)
 
 
 def test_a_quoted_thought_opener_in_the_answer_stays_text():
     for quoted in (f"Write `{gemma4.THOUGHT}` to think.", f"```\n{gemma4.THOUGHT}\n```"):
-        res = parse_all_ways(quoted, dialect="gemma4", start="content")
+        res = parse_all_ways(quoted, family="gemma4", start="content")
         assert (res.reasoning, res.content) == ("", quoted)
 
 
@@ -137,14 +137,14 @@ def test_header_reader_directly():
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_the_templates_empty_thought_prompt_and_an_echo_of_it(name):
     source = (SHARED / name).read_text("utf-8")
-    assert detect(source).dialect == "gemma4"
-    tpl = ChatTemplate(source, bos_token="<bos>", dialect="gemma4")
+    assert detect(source).family == "gemma4"
+    tpl = ChatTemplate(source, bos_token="<bos>", family="gemma4")
     ask = Message("user", "Hi")
     off = tpl.render([ask], enable_thinking=False)
     assert off.endswith("<|turn>model\n<|channel>thought\n<channel|>")
     assert start_state(off, "gemma4") == "content"
     assert start_state(tpl.render([ask], enable_thinking=True), "gemma4") == "content"
     # what the model writes after that prompt: the empty block again, then its answer
-    res = parse_all_ways("<|channel>thought\n<channel|>" + ASSIST, dialect="gemma4",
+    res = parse_all_ways("<|channel>thought\n<channel|>" + ASSIST, family="gemma4",
                          start="content")
     assert (res.reasoning, res.content) == ("", ASSIST) and not anomalies(res)

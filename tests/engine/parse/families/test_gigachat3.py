@@ -37,9 +37,9 @@ FAMILY = Family("gigachat3", call, g.CALL_ROLE + '\n{"name": "get_weather", "arg
                 think=None)
 
 
-def parse(text: str, dialect: str = "gigachat3", **kw):
+def parse(text: str, family: str = "gigachat3", **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect=dialect, tools=TOOLS, **kw)
+    return parse_all_ways(text, family=family, tools=TOOLS, **kw)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -52,9 +52,9 @@ def test_rule(rule):
 MEMORY = {"action": "create", "id": "preferences"}
 
 
-@pytest.mark.parametrize("dialect", ["gigachat3", "gigachat3.1"])
-def test_a_call_in_a_message_of_its_own_after_an_empty_answer(dialect):
-    res = parse(SEP + call("manage_user_memory", MEMORY), dialect, stream_tools=True)
+@pytest.mark.parametrize("family", ["gigachat3", "gigachat3.1"])
+def test_a_call_in_a_message_of_its_own_after_an_empty_answer(family):
+    res = parse(SEP + call("manage_user_memory", MEMORY), family, stream_tools=True)
     assert res.content == "" and [(c.name, c.arguments) for c in res.tool_calls] == [
         ("manage_user_memory", MEMORY)]
     assert not anomalies(res) and res.finish_reason == "tool_calls"
@@ -139,8 +139,8 @@ def test_writer_writes_a_function_call_message():
 
 @pytest.mark.skipif(not REAL.is_dir(), reason="needs ../shared/templates (the real templates)")
 def test_the_real_templates_are_detected_each_as_its_version():
-    assert detect((REAL / "GigaChat3-10B-A1.8B.jinja").read_text()).dialect == "gigachat3"
-    assert detect((REAL / "GigaChat3.1-10B-A1.8B.jinja").read_text()).dialect == "gigachat3.1"
+    assert detect((REAL / "GigaChat3-10B-A1.8B.jinja").read_text()).family == "gigachat3"
+    assert detect((REAL / "GigaChat3.1-10B-A1.8B.jinja").read_text()).family == "gigachat3.1"
 
 
 def test_message_sep_is_never_gigachat3s_stop():

@@ -34,7 +34,7 @@ def test_rule(rule):
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="gigachat3.1", tools=TOOLS, **kw)
+    return parse_all_ways(text, family="gigachat3.1", tools=TOOLS, **kw)
 
 
 def test_the_call_inside_the_answer_message():

@@ -48,13 +48,13 @@ def test_rule(rule):
 
 def test_glm_4_7_without_newlines():
     res = parse_all_ways(call("get_weather", {"city": "Oslo", "days": 2}, sep=""),
-                         dialect="glm", start="content")
+                         family="glm", start="content")
     assert res.tool_calls[0].arguments == {"city": "Oslo", "days": 2}
 
 
 def test_tool_call_followed_by_prose_is_text():
     text = "<tool_call>is the tag GLM uses</tool_call> here"
-    res = parse_all_ways(text, dialect="glm", start="content")
+    res = parse_all_ways(text, family="glm", start="content")
     assert res.tool_calls == () and res.content == text
 
 
@@ -68,7 +68,7 @@ def test_reader_directly():
 
 def test_auto_reads_only_qwen_xml_and_hermes_json():
     text = call("get_weather", {"city": "Oslo"})
-    res = parse_all_ways(text, dialect="auto", start="content")
+    res = parse_all_ways(text, family="auto", start="content")
     assert res.tool_calls == () and res.content == text
 
 
@@ -99,7 +99,7 @@ def calls(res) -> list:
      "</tool_call>", "reasoning", "", ""),
 ])
 def test_ling_outputs(text, start, reasoning, content):
-    res = parse_all_ways(text, dialect="glm", start=start, tools=GET_TIME)
+    res = parse_all_ways(text, family="glm", start=start, tools=GET_TIME)
     assert (res.reasoning, res.content, calls(res)) == (reasoning, content, PARIS)
 
 
@@ -115,7 +115,7 @@ def test_ling_values_typed_by_a_union_with_a_string():
         text = (f"</think>\n<tool_call>set_union\n<arg_key>value</arg_key>\n<arg_value>{value}"
                 f"</arg_value>\n<arg_key>amount</arg_key>\n<arg_value>{amount}</arg_value>\n"
                 "</tool_call>")
-        res = parse_all_ways(text, dialect="glm", start="reasoning", tools=union)
+        res = parse_all_ways(text, family="glm", start="reasoning", tools=union)
         assert calls(res) == [("set_union", want)] and not anomalies(res)
 
 
@@ -123,7 +123,7 @@ def test_ling_values_typed_by_a_union_with_a_string():
 def test_glm_4_6_stops_are_its_own():
     for name in ("GLM-4.6.jinja", "GLM-4.7-Flash.jinja"):
         pack = pack_from_template(name, (SHARED / name).read_text("utf-8"), name)
-        assert pack.dialect == "glm" and pack.stop == ("<|user|>", "<|observation|>")
+        assert pack.family == "glm" and pack.stop == ("<|user|>", "<|observation|>")
 
 
 TURN_ENDS = {
@@ -139,10 +139,10 @@ TURN_ENDS = {
 def test_the_templates_own_turn_end_is_a_stop_and_only_ends_the_turn(name):
     turn_end, opened = TURN_ENDS[name]
     source = (SHARED / name).read_text("utf-8")
-    assert detect(source).dialect == "glm"
+    assert detect(source).family == "glm"
     pack = pack_from_template(name, source, name)
-    assert turn_end in pack.stop and pack.dialect == "glm"
-    tpl = ChatTemplate(source, dialect="glm")
+    assert turn_end in pack.stop and pack.family == "glm"
+    tpl = ChatTemplate(source, family="glm")
     ask = Message("user", "Time in Paris?")
     prompt = tpl.render([ask], tools=GET_TIME, enable_thinking=True)
     assert prompt.endswith(opened) and start_state(prompt, "glm") == "reasoning"
@@ -161,7 +161,7 @@ def test_the_templates_own_turn_end_is_a_stop_and_only_ends_the_turn(name):
     out = [t.text for i, ch in enumerate(reply) for t in gate.push(i, ch.encode(), 0.0)]
     out += [t.text for t in gate.finish()]
     assert gate.hit == turn_end and "".join(out) == reply[: -len(turn_end)]
-    res = parse_all_ways("".join(out), dialect="glm", start="reasoning", tools=GET_TIME)
+    res = parse_all_ways("".join(out), family="glm", start="reasoning", tools=GET_TIME)
     # (Laguna XS writes `<think>\n`: after the prompt's `<think>`, that newline is reasoning.)
     assert (res.reasoning.lstrip("\n"), res.content, calls(res)) == (
         "Need the time.", "Checking.", PARIS)

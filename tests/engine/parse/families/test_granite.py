@@ -34,7 +34,7 @@ FAMILY = Family("granite", call, OPEN + '[{"name": "get_weather", "arguments": [
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="granite", **kw)
+    return parse_all_ways(text, family="granite", **kw)
 
 
 def calls(res) -> list:
@@ -172,14 +172,14 @@ def test_what_the_pack_template_writes_is_read_back():
 
 
 def test_detected_by_its_call_token_only():
-    assert detect((TEMPLATES / "granite.jinja").read_text("utf-8")).dialect == "granite"
-    assert detect("{{ '<|start_of_role|>' }}<tool_call>").dialect == "hermes-json"
+    assert detect((TEMPLATES / "granite.jinja").read_text("utf-8")).family == "granite"
+    assert detect("{{ '<|start_of_role|>' }}<tool_call>").family == "hermes-json"
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/templates (the real templates)")
 def test_granite_3_3_is_granite_and_granite_4_stays_hermes():
     found = {p.name for p in SHARED.glob("*.jinja")
-             if detect(p.read_text("utf-8")).dialect == "granite"}
+             if detect(p.read_text("utf-8")).family == "granite"}
     assert found == {REAL}
     for name in ("ibm-granite-granite-4.0.jinja", "ibm-granite-granite-4.1.jinja"):
-        assert detect((SHARED / name).read_text("utf-8")).dialect == "hermes-json", name
+        assert detect((SHARED / name).read_text("utf-8")).family == "hermes-json", name

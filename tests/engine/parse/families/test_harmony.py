@@ -32,7 +32,7 @@ CALL = ('<|channel|>commentary to=functions.get_weather <|constrain|>json<|messa
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="harmony", tools=TOOLS, **kw)
+    return parse_all_ways(text, family="harmony", tools=TOOLS, **kw)
 
 
 def test_analysis_then_final():
@@ -172,7 +172,7 @@ def called(res) -> list:
     '<|channel|>commentary to=functions.special_function<|message|>{"arg1": 1}',
 ])
 def test_a_reply_that_opens_with_a_call(text):
-    res = parse_all_ways(text, dialect="harmony", start="content", tools=SPECIAL)
+    res = parse_all_ways(text, family="harmony", start="content", tools=SPECIAL)
     assert called(res) == [("special_function", {"arg1": 1})]
     assert (res.reasoning, res.content) == ("", "") and not anomalies(res)
     assert res.tool_calls[0].raw == text  # the leading space too: it opened the header
@@ -181,7 +181,7 @@ def test_a_reply_that_opens_with_a_call(text):
 def test_a_line_starting_with_a_recipient_after_a_preamble_is_a_call():
     text = ('<|channel|>commentary<|message|>On it.\n'
             'to=functions.special_function<|channel|>commentary json<|message|>{"arg1": 2}')
-    res = parse_all_ways(text, dialect="harmony", start="content", tools=SPECIAL)
+    res = parse_all_ways(text, family="harmony", start="content", tools=SPECIAL)
     assert res.content == "On it." and called(res) == [("special_function", {"arg1": 2})]
 
 
@@ -189,7 +189,7 @@ def test_to_in_prose_stays_text():
     for text in ('<|channel|>final<|message|>Set to=functions.x<|message|>{} in the config.',
                  "<|channel|>final<|message|>to=assistant is how a tool answers.",
                  "<|channel|>final<|message|>to=do: list"):
-        res = parse_all_ways(text, dialect="harmony", start="content", tools=SPECIAL)
+        res = parse_all_ways(text, family="harmony", start="content", tools=SPECIAL)
         assert res.tool_calls == () and res.content == text[len("<|channel|>final<|message|>"):]
         assert not anomalies(res)
 
@@ -197,7 +197,7 @@ def test_to_in_prose_stays_text():
 @needs_templates
 def test_what_the_gpt_oss_template_writes_for_a_call_is_read_back():
     tpl = ChatTemplate((SHARED / "openai-gpt-oss-120b.jinja").read_text("utf-8"),
-                       dialect="harmony")
+                       family="harmony")
     ask = Message("user", "Weather in Paris for three days?")
     tools = [{"type": "function", "function": dict(TOOLS[0]["function"], description="Weather")}]
     prompt = tpl.render([ask], tools=tools)
@@ -210,7 +210,7 @@ def test_what_the_gpt_oss_template_writes_for_a_call_is_read_back():
         assert whole.startswith(prompt)
         text = whole[len(prompt):]
         assert "to=functions.get_weather<|channel|>commentary json<|message|>" in text
-        res = parse_all_ways(text, dialect="harmony", start="content", tools=TOOLS)
+        res = parse_all_ways(text, family="harmony", start="content", tools=TOOLS)
         assert called(res) == [("get_weather", {"city": "Paris", "days": 3})]
         assert (res.reasoning, res.content) == (thinking or "", "") and not anomalies(res)
 
@@ -227,7 +227,7 @@ def test_what_the_gpt_oss_template_writes_for_a_call_is_read_back():
     "<|channel|>commentary to=assistant<|channel|>final<|message|>Hello, world!\nWhat's up?",
 ])
 def test_commentary_to_assistant_is_markup(text):
-    res = parse_all_ways(text, dialect="harmony", start="content")
+    res = parse_all_ways(text, family="harmony", start="content")
     assert (res.reasoning, res.content) == ("I'm\nthinking", "Hello, world!\nWhat's up?")
     assert res.tool_calls == () and not anomalies(res)
 
@@ -237,7 +237,7 @@ def test_structured_output_in_a_constrained_final_message():
     text = ("<|channel|>analysis<|message|>I need to output the invoice details in JSON<|end|>"
             "<|start|>assistant<|channel|>final <|constrain|>json<|message|>"
             '{"amount": 123.45, "date": "2025-12-03"}')
-    res = parse_all_ways(text, dialect="harmony", start="content")
+    res = parse_all_ways(text, family="harmony", start="content")
     assert res.reasoning == "I need to output the invoice details in JSON"
     assert res.content == '{"amount": 123.45, "date": "2025-12-03"}' and not anomalies(res)
 
@@ -249,7 +249,7 @@ def test_complex_call_after_analysis_in_the_commentary_header():
     text = ("<|channel|>analysis<|message|>Thinking about edit...<|end|><|start|>assistant"
             "<|channel|>commentary to=functions.edit <|constrain|>json<|message|>"
             + json.dumps(args))
-    res = parse_all_ways(text, dialect="harmony", start="content")
+    res = parse_all_ways(text, family="harmony", start="content")
     assert res.reasoning == "Thinking about edit..." and called(res) == [("edit", args)]
 
 
@@ -271,7 +271,7 @@ IN_CHANNEL = "<|start|>assistant<|channel|>commentary to=python <|constrain|>cod
     (IN_ROLE, "python3 -c 'print(\"hello\")'"), (IN_CHANNEL, 'print("hello")')])
 def test_an_undeclared_builtin_is_shown_as_its_text(head, body):
     for tools in ([], SPECIAL):
-        res = parse_all_ways(THOUGHT + head + body, dialect="harmony", start="content",
+        res = parse_all_ways(THOUGHT + head + body, family="harmony", start="content",
                              tools=tools)
         assert res.reasoning == "I will execute python to say hello" and res.tool_calls == ()
         header = head.removeprefix("<|start|>assistant") if head is IN_CHANNEL else head
@@ -280,20 +280,20 @@ def test_an_undeclared_builtin_is_shown_as_its_text(head, body):
 
 
 def test_a_declared_builtin_is_a_call_of_it():
-    res = parse_all_ways(THOUGHT + IN_CHANNEL + 'print("hello")<|call|>', dialect="harmony",
+    res = parse_all_ways(THOUGHT + IN_CHANNEL + 'print("hello")<|call|>', family="harmony",
                          start="content", tools=PYTHON)
     assert called(res) == [("python", {"code": 'print("hello")'})] and not anomalies(res)
-    res = parse_all_ways(THOUGHT + IN_ROLE + "ls -la /tmp", dialect="harmony", start="content",
+    res = parse_all_ways(THOUGHT + IN_ROLE + "ls -la /tmp", family="harmony", start="content",
                          tools=EXEC)
     assert called(res) == [("container.exec", {"cmd": "ls -la /tmp"})] and not anomalies(res)
     res = parse_all_ways(' to=browser.search<|channel|>analysis json<|message|>{"query": "x", '
-                         '"topn": 3}<|call|>', dialect="harmony", start="content", tools=SEARCH)
+                         '"topn": 3}<|call|>', family="harmony", start="content", tools=SEARCH)
     assert called(res) == [("browser.search", {"query": "x", "topn": 3})]
 
 
 def test_a_builtins_text_for_a_tool_of_several_parameters_is_its_text():
     text = " to=browser.search<|channel|>analysis<|message|>weather in Paris"
-    res = parse_all_ways(text, dialect="harmony", start="content", tools=SEARCH)
+    res = parse_all_ways(text, family="harmony", start="content", tools=SEARCH)
     assert res.tool_calls == () and anomalies(res) == {"malformed_call": 1}
 
 
@@ -314,7 +314,7 @@ def test_a_builtins_text_for_a_tool_of_several_parameters_is_its_text():
 ])
 def test_llm_jp_headers(text, reasoning, content):
     for start in ("content", "reasoning"):
-        res = parse_all_ways(text, dialect="harmony", start=start)
+        res = parse_all_ways(text, family="harmony", start=start)
         assert (res.reasoning, res.content) == (reasoning, content) and not anomalies(res)
 
 
@@ -331,7 +331,7 @@ def test_llm_jp_headers(text, reasoning, content):
      '<|constrain|>  json<|message|> {"arg1": 2}', [1, 2]),
 ])
 def test_llm_jp_calls(text, args):
-    res = parse_all_ways(text, dialect="harmony", start="content", tools=SPECIAL)
+    res = parse_all_ways(text, family="harmony", start="content", tools=SPECIAL)
     assert [c.arguments["arg1"] for c in res.tool_calls] == args
     assert res.reasoning == ("I'm\nthinking" if "analysis" in text else "")
     assert res.content == "" and not anomalies(res)
@@ -340,8 +340,8 @@ def test_llm_jp_calls(text, args):
 @needs_templates
 def test_the_llm_jp_template_is_harmony_and_leaves_the_model_in_no_channel():
     source = (SHARED / "llm-jp-llm-jp-4.1-8b-thinking.jinja").read_text("utf-8")
-    assert detect(source).dialect == "harmony"
-    prompt = ChatTemplate(source, dialect="harmony").render([Message("user", "Hi")])
+    assert detect(source).family == "harmony"
+    prompt = ChatTemplate(source, family="harmony").render([Message("user", "Hi")])
     assert prompt.endswith("<|start|>assistant") and start_state(prompt, "harmony") == "content"
 
 

@@ -61,7 +61,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_current_date", "paramete
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
     kw.setdefault("tools", TOOLS)
-    return parse_all_ways(tags(text), dialect="hunyuan3", **kw)
+    return parse_all_ways(tags(text), family="hunyuan3", **kw)
 
 
 def calls(res) -> list:
@@ -114,14 +114,14 @@ def test_reasoning_effort_still_wins_over_enable_thinking():
 
 
 def test_detected_from_its_template():
-    assert detect((TEMPLATES / "hunyuan3.jinja").read_text("utf-8")).dialect == "hunyuan3"
-    assert detect(f"<tool_call{S}>x<tool_sep{S}>").dialect == "hunyuan3"
+    assert detect((TEMPLATES / "hunyuan3.jinja").read_text("utf-8")).family == "hunyuan3"
+    assert detect(f"<tool_call{S}>x<tool_sep{S}>").family == "hunyuan3"
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/templates (the real templates)")
 def test_only_hy3s_own_template_is_detected_as_hunyuan3():
     found = {p.name for p in SHARED.glob("*.jinja")
-             if detect(p.read_text("utf-8")).dialect == "hunyuan3"}
+             if detect(p.read_text("utf-8")).family == "hunyuan3"}
     assert found == {REAL}
 
 
@@ -130,7 +130,7 @@ def test_the_pack_renders_as_the_real_template_without_prisms_cases():
     """Prism's two changes (enable_thinking, a later system message) change nothing else."""
     from engine.chat.template import ChatTemplate
 
-    real = ChatTemplate((SHARED / REAL).read_text("utf-8"), dialect="hunyuan3")
+    real = ChatTemplate((SHARED / REAL).read_text("utf-8"), family="hunyuan3")
     ours = resolve_pack("hunyuan3", require_model=False).chat_template()
     chat = [Message("system", "Be terse."), Message("user", "Weather?"),
             Message("assistant", "Sunny.", reasoning_content="Easy."),
@@ -191,7 +191,7 @@ def test_a_missing_separator_is_read_and_counted():
 
 def test_bare_tags_without_the_suffix_are_text():
     text = ("<tool_calls><tool_call>get_current_date<tool_sep></tool_call></tool_calls>")
-    res = parse_all_ways(text, dialect="hunyuan3", start="content", tools=TOOLS)
+    res = parse_all_ways(text, family="hunyuan3", start="content", tools=TOOLS)
     assert res.tool_calls == () and res.content == text
 
 

@@ -24,8 +24,8 @@ def test_rule(rule):
     rule(FAMILY)
 
 
-def _calls(text: str, dialect: str = "json-list"):
-    res = parse_all_ways(text, dialect=dialect, start="content")
+def _calls(text: str, family: str = "json-list"):
+    res = parse_all_ways(text, family=family, start="content")
     return [(c.name, c.arguments) for c in res.tool_calls], res
 
 

@@ -49,16 +49,16 @@ def test_quoted_markup():
     code in the answer, or fenced in the reasoning, a call stays text."""
     text = call("get_weather", {"city": "Paris"})
     for quoted in ("The format: `" + text + "` and so on.", "```\n" + text + "\n```"):
-        res = parse_all_ways(quoted, dialect="kimi-k2", start="content")
+        res = parse_all_ways(quoted, family="kimi-k2", start="content")
         assert res.tool_calls == () and res.content == quoted
     fenced = "Like this:\n```\n" + text + "\n```"
-    res = parse_all_ways(fenced + "\n</think>\nok", dialect="kimi-k2", start="reasoning")
+    res = parse_all_ways(fenced + "\n</think>\nok", family="kimi-k2", start="reasoning")
     assert res.tool_calls == () and (res.reasoning, res.content) == (fenced, "ok")
 
 
 def test_several_calls_in_one_section():
     text = k.SECTION + one("a", {"x": 1}, 0) + one("b", {}, 1) + k.SECTION_END + "\nDone."
-    res = parse_all_ways(text, dialect="kimi-k2", start="content")
+    res = parse_all_ways(text, family="kimi-k2", start="content")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("a", {"x": 1}), ("b", {})]
     assert res.content == "Done."
 
@@ -73,7 +73,7 @@ def test_name_of_the_call_id(call_id, name):
 
 def test_singular_section_opener():
     text = k.SECTION_ALT + one("f", {}) + "<|tool_call_section_end|>"
-    res = parse_all_ways(text, dialect="kimi-k2", start="content")
+    res = parse_all_ways(text, family="kimi-k2", start="content")
     assert [c.name for c in res.tool_calls] == ["f"] and res.content == ""
 
 
@@ -88,7 +88,7 @@ def test_the_models_own_call_id_is_kept_end_to_end():
     it back in the history, so the next turn shows the model the id it wrote."""
     text = (k.SECTION + k.CALL + "functions.get_weather:3" + k.ARG + '{"city": "Paris"}'
             + k.CALL_END + k.SECTION_END)
-    res = parse_all_ways(text, dialect="kimi-k2", start="content")
+    res = parse_all_ways(text, family="kimi-k2", start="content")
     assert [(c.id, c.name) for c in res.tool_calls] == [("functions.get_weather:3",
                                                           "get_weather")]
 
@@ -114,7 +114,7 @@ def calls(res) -> list:
     "<think>I need to call two functions" + TWO_CALLS.replace(k.CALL_END, ""),
 ])
 def test_a_call_right_after_the_reasoning_text_ends_it(text):
-    res = parse_all_ways(text, dialect="kimi-k2", start="content", tools=SPECIAL)
+    res = parse_all_ways(text, family="kimi-k2", start="content", tools=SPECIAL)
     assert (res.reasoning, res.content) == ("I need to call two functions", "")
     assert calls(res) == TWO and anomalies(res) == {"implicit_reasoning_end": 1}
     assert [c.id for c in res.tool_calls] == ["functions.special_function:0", "functions.python:1"]
@@ -126,14 +126,14 @@ def test_a_call_right_after_the_reasoning_text_ends_it(text):
     ("<think>I need to call two functions</think>" + k.SECTION + TWO_CALLS + k.SECTION_END, 0),
 ])
 def test_a_section_right_after_think_or_its_closer(text, implicit):
-    res = parse_all_ways(text, dialect="kimi-k2", start="content", tools=SPECIAL)
+    res = parse_all_ways(text, family="kimi-k2", start="content", tools=SPECIAL)
     assert calls(res) == TWO and res.content == ""
     assert anomalies(res) == ({"implicit_reasoning_end": 1} if implicit else {})
 
 
 def test_an_unfinished_section_mid_line_goes_back_to_the_reasoning():
     text = "Thinking about " + k.SECTION + k.CALL + "functions.special_function:0" + k.ARG + '{"ar'
-    res = parse_all_ways(text, dialect="kimi-k2", start="reasoning", tools=SPECIAL)
+    res = parse_all_ways(text, family="kimi-k2", start="reasoning", tools=SPECIAL)
     assert res.tool_calls == () and res.reasoning == text
     assert anomalies(res) == {"unfinished_call": 1}
 
@@ -141,8 +141,8 @@ def test_an_unfinished_section_mid_line_goes_back_to_the_reasoning():
 @needs_templates
 def test_what_the_thinking_template_writes_is_read_back():
     source = (SHARED / "Kimi-K2-Thinking.jinja").read_text("utf-8")
-    assert detect(source).dialect == "kimi-k2"
-    tpl = ChatTemplate(source, dialect="kimi-k2")
+    assert detect(source).family == "kimi-k2"
+    tpl = ChatTemplate(source, family="kimi-k2")
     ask = Message("user", "Run both.")
     prompt = tpl.render([ask], tools=SPECIAL)
     assert prompt.endswith("<|im_middle|>") and start_state(prompt, "kimi-k2") == "content"
@@ -153,10 +153,10 @@ def test_what_the_thinking_template_writes_is_read_back():
     whole = tpl.render([ask, turn], tools=SPECIAL, add_generation_prompt=False)
     text = whole[whole.rindex("<|im_middle|>") + len("<|im_middle|>"):].removesuffix("<|im_end|>")
     assert "functions</think>" + k.SECTION in text  # no newline before the section
-    res = parse_all_ways(text, dialect="kimi-k2", start="content", tools=SPECIAL)
+    res = parse_all_ways(text, family="kimi-k2", start="content", tools=SPECIAL)
     assert (res.reasoning, res.content) == ("I need to call two functions", "")
     assert calls(res) == TWO and not anomalies(res)
     # the same turn had the model not closed its reasoning
-    res = parse_all_ways(text.replace("</think>", ""), dialect="kimi-k2", start="content",
+    res = parse_all_ways(text.replace("</think>", ""), family="kimi-k2", start="content",
                          tools=SPECIAL)
     assert res.reasoning == "I need to call two functions" and calls(res) == TWO

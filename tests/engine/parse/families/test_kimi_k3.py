@@ -63,7 +63,7 @@ TOOLS = [{"type": "function", "function": {"name": "plan_trip", "parameters": {
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="kimi-k3", tools=TOOLS, **kw)
+    return parse_all_ways(text, family="kimi-k3", tools=TOOLS, **kw)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -82,11 +82,11 @@ def real(name: str) -> str:
 
 
 def test_the_real_template_is_detected_as_k3_and_k2s_stay_kimi_k2():
-    assert detect(real("Kimi-K3.jinja")).dialect == "kimi-k3"
+    assert detect(real("Kimi-K3.jinja")).family == "kimi-k3"
     for k2 in ("Kimi-K2-Instruct.jinja", "Kimi-K2-Thinking.jinja", "moonshotai-Kimi-K2.jinja"):
-        assert detect(real(k2)).dialect == "kimi-k2", k2
+        assert detect(real(k2)).family == "kimi-k2", k2
     others = [p for p in sorted(REAL.glob("*.jinja")) if p.name != "Kimi-K3.jinja"]
-    assert [p.name for p in others if detect(p.read_text("utf-8")).dialect == "kimi-k3"] == []
+    assert [p.name for p in others if detect(p.read_text("utf-8")).family == "kimi-k3"] == []
 
 
 @pytest.mark.parametrize("thinking", [True, False])

@@ -56,7 +56,7 @@ TOOLS = [{"type": "function", "function": {"name": n, "parameters": {
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
     kw.setdefault("tools", TOOLS)
-    return parse_all_ways(text, dialect="lfm2", **kw)
+    return parse_all_ways(text, family="lfm2", **kw)
 
 
 def calls(res) -> list:
@@ -254,7 +254,7 @@ def test_a_json_element_is_read_too():
 def test_values_are_typed_by_their_literal_then_the_schema(body, want, repair):
     res = parse(f"{START}[{body}]{END}")
     assert calls(res) == [("get_weather", want)]
-    got = [e.text for e in run(f"{START}[{body}]{END}", dialect="lfm2", tools=TOOLS,
+    got = [e.text for e in run(f"{START}[{body}]{END}", family="lfm2", tools=TOOLS,
                                start="content") if e.anomaly == "repaired_call"]
     assert got == ([repair] if repair else [])
 
@@ -297,7 +297,7 @@ def test_a_list_left_open_is_repaired_or_accepted_at_the_end():
 
 def test_each_argument_streams_as_soon_as_its_value_is_complete():
     text = f"{START}[get_weather(city='Paris', days=3)]{END}"
-    args = [e.text for e in run(text, dialect="lfm2", tools=TOOLS, start="content",
+    args = [e.text for e in run(text, family="lfm2", tools=TOOLS, start="content",
                                 stream_tools=True) if e.kind == TOOL_ARGS]
     assert args == ['{"city": "Paris"', ', "days": 3', "}"]
 
@@ -320,14 +320,14 @@ def test_the_prompt_never_opens_the_reasoning():
 
 def test_detected_from_each_lfm_marker():
     for marker in (START, "<|tool_list_start|>", "List of tools: ["):
-        assert detect("{{ '" + marker + "' }}").dialect == "lfm2"
-    assert detect((TEMPLATES / "lfm2.jinja").read_text("utf-8")).dialect == "lfm2"
+        assert detect("{{ '" + marker + "' }}").family == "lfm2"
+    assert detect((TEMPLATES / "lfm2.jinja").read_text("utf-8")).family == "lfm2"
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/templates (the real templates)")
 def test_only_the_lfm_templates_are_detected_as_lfm2():
     found = {p.name for p in SHARED.glob("*.jinja")
-             if detect(p.read_text("utf-8")).dialect == "lfm2"}
+             if detect(p.read_text("utf-8")).family == "lfm2"}
     assert found == REAL
     real = (SHARED / "LFM2.5-8B-A1B.jinja").read_text("utf-8")
     assert (TEMPLATES / "lfm2.jinja").read_text("utf-8").endswith(real)  # a header, unchanged

@@ -22,7 +22,7 @@ FAMILY = Family("llama3-json", call, '{"name": "get_weather", "parameters": [1]}
 
 
 def parse(text: str):
-    return parse_all_ways(text, dialect="llama3-json", start="content")
+    return parse_all_ways(text, family="llama3-json", start="content")
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -68,7 +68,7 @@ def test_reader_directly():
 
 
 def test_the_family_has_no_reasoning_so_the_parse_starts_in_the_answer():
-    res = parse_all_ways("Hello.\n" + call("f", {}), dialect="llama3-json", start="reasoning")
+    res = parse_all_ways("Hello.\n" + call("f", {}), family="llama3-json", start="reasoning")
     assert (res.reasoning, res.content) == ("", "Hello.")
     assert [c.name for c in res.tool_calls] == ["f"]
 
@@ -77,10 +77,10 @@ def test_a_lone_brace_line_before_a_call_is_text_and_the_call_is_read():
     """After a bare `{` (the call object's own first character) only `"name"` opens a call: a
     second `{` there made the first one a broken call (malformed_call) and left `{\\n` in the
     answer; found by the writer round trip."""
-    res = parse_all_ways('{\n{"name": "f", "parameters": {}}', dialect="llama3-json",
+    res = parse_all_ways('{\n{"name": "f", "parameters": {}}', family="llama3-json",
                          start="content")
     assert res.content == "{" and [c.name for c in res.tool_calls] == ["f"]
     assert res.anomalies["malformed_call"] == 0
-    mid = parse_all_ways('{ {"name": "f", "parameters": {}}', dialect="llama3-json",
+    mid = parse_all_ways('{ {"name": "f", "parameters": {}}', family="llama3-json",
                          start="content")
     assert mid.tool_calls == () and mid.anomalies["malformed_call"] == 0

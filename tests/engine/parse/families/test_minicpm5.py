@@ -52,7 +52,7 @@ WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters"
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
     kw.setdefault("tools", WEATHER)
-    return parse_all_ways(text, dialect="minicpm5", **kw)
+    return parse_all_ways(text, family="minicpm5", **kw)
 
 
 def calls(res) -> list:
@@ -97,13 +97,13 @@ def test_the_pack_renders_a_turn_the_parser_reads_back():
 
 def test_detected_from_its_template():
     text = (TEMPLATES / "minicpm5.jinja").read_text("utf-8")
-    assert detect(text).dialect == "minicpm5"
+    assert detect(text).family == "minicpm5"
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/templates (the real templates)")
 def test_only_minicpm5s_own_template_is_detected_as_minicpm5():
     found = {p.name for p in SHARED.glob("*.jinja")
-             if detect(p.read_text("utf-8")).dialect == "minicpm5"}
+             if detect(p.read_text("utf-8")).family == "minicpm5"}
     assert found == {REAL}
     assert (SHARED / REAL).read_text("utf-8") == (TEMPLATES / "minicpm5.jinja").read_text("utf-8")
 

@@ -47,7 +47,7 @@ FAMILY = Family("minimax-m1", call,
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="minimax-m1", **kw)
+    return parse_all_ways(text, family="minimax-m1", **kw)
 
 
 def calls(res) -> list:
@@ -72,7 +72,7 @@ PIECES = [
        chunks=chunkings, start=st.sampled_from(["reasoning", "content"]),
        tools=st.sampled_from([(), TOOLS]), stream=st.booleans())
 def test_chunking_never_changes_events(text, chunks, start, tools, stream):
-    opts = {"start": start, "dialect": "minimax-m1", "tools": tools}
+    opts = {"start": start, "family": "minimax-m1", "tools": tools}
     whole = run(text, stream_tools=stream, **opts)
     pieces = run(text, chunks, stream_tools=stream, **opts)
     ones = run(text, [1] * len(text), stream_tools=stream, **opts)
@@ -193,7 +193,7 @@ ASK = Message("user", "Weather in Paris for two days, and Lyon?")
 
 @needs_templates
 def test_the_real_template_is_detected_as_minimax_m1():
-    assert detect((SHARED / TEMPLATE).read_text("utf-8")).dialect == "minimax-m1"
+    assert detect((SHARED / TEMPLATE).read_text("utf-8")).family == "minimax-m1"
 
 
 @needs_templates
@@ -201,8 +201,8 @@ def test_no_other_real_template_is_detected_as_minimax_m1():
     # Apriel's templates write `<tool_calls>[…]` too: not this family
     for path in sorted(SHARED.glob("*.jinja")):
         if path.name != TEMPLATE:
-            assert detect(path.read_text("utf-8")).dialect != "minimax-m1", path.name
-    assert detect((SHARED / "MiniMax-M2.jinja").read_text("utf-8")).dialect == "minimax-xml"
+            assert detect(path.read_text("utf-8")).family != "minimax-m1", path.name
+    assert detect((SHARED / "MiniMax-M2.jinja").read_text("utf-8")).family == "minimax-xml"
 
 
 @needs_templates

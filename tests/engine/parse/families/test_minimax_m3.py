@@ -61,7 +61,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="minimax-m3", tools=TOOLS, **kw)
+    return parse_all_ways(text, family="minimax-m3", tools=TOOLS, **kw)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -80,10 +80,10 @@ def real(name: str) -> str:
 
 
 def test_the_real_template_is_detected_as_m3_and_m2s_stays_minimax_xml():
-    assert detect(real("MiniMax-M3.jinja")).dialect == "minimax-m3"
-    assert detect(real("MiniMax-M2.jinja")).dialect == "minimax-xml"
+    assert detect(real("MiniMax-M3.jinja")).family == "minimax-m3"
+    assert detect(real("MiniMax-M2.jinja")).family == "minimax-xml"
     others = [p for p in sorted(REAL.glob("*.jinja")) if p.name != "MiniMax-M3.jinja"]
-    assert [p.name for p in others if detect(p.read_text("utf-8")).dialect == "minimax-m3"] \
+    assert [p.name for p in others if detect(p.read_text("utf-8")).family == "minimax-m3"] \
         == []
 
 
@@ -269,7 +269,7 @@ def test_the_writer_falls_back_to_json_where_elements_would_not_read_back():
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"opts": {"type": "object"}, "stops": {"type": "array"},
                                          "empty": {"type": "array"}}}}}]
-    res = parse_all_ways(text, dialect="minimax-m3", tools=tools, start="content")
+    res = parse_all_ways(text, family="minimax-m3", tools=tools, start="content")
     assert res.tool_calls[0].arguments == args
 
 

@@ -41,13 +41,13 @@ def test_rule(rule):
 def test_several_invokes_in_one_section():
     two = ('<minimax:tool_call>\n<invoke name="a">\n</invoke>\n<invoke name="b">\n'
            '<parameter name="x">1</parameter>\n</invoke>\n</minimax:tool_call>')
-    res = parse_all_ways(two, dialect="minimax-xml", start="content")
+    res = parse_all_ways(two, family="minimax-xml", start="content")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("a", {}), ("b", {"x": 1})]
 
 
 def test_value_keeps_inner_newlines_and_spaces():
     text = call("get_weather", {"city": "\n  New\nYork  \n"})
-    res = parse_all_ways(text, dialect="minimax-xml", start="content")
+    res = parse_all_ways(text, family="minimax-xml", start="content")
     assert res.tool_calls[0].arguments == {"city": "  New\nYork  "}
 
 

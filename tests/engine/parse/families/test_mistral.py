@@ -29,7 +29,7 @@ FAMILY = Family("mistral", call, '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris",
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="mistral", **kw)
+    return parse_all_ways(text, family="mistral", **kw)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -82,7 +82,7 @@ SHARED = LIBRARY
 
 def test_the_models_own_call_id_is_kept():
     res = parse_all_ways('[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Paris"}',
-                         dialect="mistral", start="content")
+                         family="mistral", start="content")
     assert [(c.id, c.arguments) for c in res.tool_calls] == [("a1B2c3D4e", {"city": "Paris"})]
 
 
@@ -100,11 +100,11 @@ def test_ids_prism_makes_are_nine_alphanumerics_and_distinct(index):
 def test_a_call_prism_read_renders_back_in_mistrals_own_template(template):
     """Nemo and Small 3.2 raise "Tool call IDs should be alphanumeric strings with length 9!"
     for any other id: an agent's second request was a 400."""
-    res = parse_all_ways('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', dialect="mistral",
+    res = parse_all_ways('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', family="mistral",
                          start="content")
     call = res.tool_calls[0]
     tpl = ChatTemplate((SHARED / template).read_text("utf-8"), bos_token="<s>",
-                       eos_token="</s>", dialect="mistral")
+                       eos_token="</s>", family="mistral")
     messages = [Message("user", "Weather in Paris?"),
                 Message("assistant", "", tool_calls=({"id": call.id, "type": "function",
                                                       "function": {"name": call.name,
@@ -122,9 +122,9 @@ def test_whitespace_between_list_objects_split_across_chunks_keeps_every_call():
     was cut from the wrong place and the second call became text (chunks 49, 2, 2, rest)."""
     text = ('[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}}   , '
             '{"name": "g", "arguments": {}}]')
-    res = parse_all_ways(text, dialect="mistral", start="content")
+    res = parse_all_ways(text, family="mistral", start="content")
     assert [c.name for c in res.tool_calls] == ["f", "g"] and res.content == ""
-    p = OutputParser(start="content", dialect="mistral")
+    p = OutputParser(start="content", family="mistral")
     events, at = [], 0
     for n in (49, 2, 2, len(text)):
         events += p.feed(text[at:at + n])

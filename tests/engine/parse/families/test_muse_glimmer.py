@@ -62,7 +62,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="muse-glimmer", tools=TOOLS, **kw)
+    return parse_all_ways(text, family="muse-glimmer", tools=TOOLS, **kw)
 
 
 @pytest.mark.parametrize("rule", [r for r in RULES if r is not stray_closer_dropped],
@@ -90,11 +90,11 @@ def real(name: str) -> str:
 
 
 def test_the_real_template_is_detected_and_the_harmony_ones_stay_harmony():
-    assert detect(real("muse-glimmer.jinja")).dialect == "muse-glimmer"
+    assert detect(real("muse-glimmer.jinja")).family == "muse-glimmer"
     for harmony in ("openai-gpt-oss-120b.jinja", "llm-jp-llm-jp-4.1-8b-thinking.jinja"):
-        assert detect(real(harmony)).dialect == "harmony", harmony
+        assert detect(real(harmony)).family == "harmony", harmony
     others = [p for p in sorted(REAL.glob("*.jinja")) if p.name != "muse-glimmer.jinja"]
-    assert [p.name for p in others if detect(p.read_text("utf-8")).dialect == "muse-glimmer"] \
+    assert [p.name for p in others if detect(p.read_text("utf-8")).family == "muse-glimmer"] \
         == []
 
 

@@ -35,7 +35,7 @@ SPECIAL = OPEN + '[{"name": "special_function", "arguments": {"arg1": 1}}]' + CL
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="nemotron-v2", **kw)
+    return parse_all_ways(text, family="nemotron-v2", **kw)
 
 
 def calls(res) -> list:
@@ -182,16 +182,16 @@ def test_reader_directly():
 
 
 def test_detected_by_its_call_tag_and_before_llama3():
-    assert detect((TEMPLATES / "nemotron_v2.jinja").read_text("utf-8")).dialect == "nemotron-v2"
+    assert detect((TEMPLATES / "nemotron_v2.jinja").read_text("utf-8")).family == "nemotron-v2"
     # Llama-Nemotron: <TOOLCALL> lists inside Llama 3 turns
     llama_nemotron = "<|start_header_id|>assistant<|end_header_id|>\n\n<TOOLCALL>[{{ calls }}]"
-    assert detect(llama_nemotron).dialect == "nemotron-v2"
+    assert detect(llama_nemotron).family == "nemotron-v2"
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/templates (the real templates)")
 def test_nano_v2_is_nemotron_v2_and_nemotron_3_nano_stays_qwen_xml():
     found = {p.name for p in SHARED.glob("*.jinja")
-             if detect(p.read_text("utf-8")).dialect == "nemotron-v2"}
+             if detect(p.read_text("utf-8")).family == "nemotron-v2"}
     assert found == {REAL}
     nano3 = (SHARED / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja").read_text("utf-8")
-    assert detect(nano3).dialect == "qwen-xml"
+    assert detect(nano3).family == "qwen-xml"

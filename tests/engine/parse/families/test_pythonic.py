@@ -31,14 +31,14 @@ TAGGED = Family("pythonic-tagged", tagged,
                 "<|python_start|>[get_weather('Paris')]<|python_end|>", think=None)
 
 
-@pytest.mark.parametrize("fam", [BARE, TAGGED], ids=lambda f: f.dialect)
+@pytest.mark.parametrize("fam", [BARE, TAGGED], ids=lambda f: f.family)
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
 def test_rule(rule, fam):
     rule(fam)
 
 
-def _calls(text: str, dialect: str = "pythonic", **kw):
-    res = parse_all_ways(text, dialect=dialect, start="content", **kw)
+def _calls(text: str, family: str = "pythonic", **kw):
+    res = parse_all_ways(text, family=family, start="content", **kw)
     return [(c.name, c.arguments) for c in res.tool_calls], res
 
 

@@ -100,7 +100,7 @@ def test_what_a_family_writes_its_reader_reads(name, data, seed):
     text = fam.writer.write(reasoning, answer, calls, opened)
     # opened: the prompt ended inside the reasoning (start "reasoning"); otherwise the reply
     # starts in content and the model opens its reasoning itself.
-    res = parse_all_ways(text, seeds=(seed,), dialect=name,
+    res = parse_all_ways(text, seeds=(seed,), family=name,
                          start="reasoning" if opened else "content",
                          tools=[tool_of(c.name, c.arguments) for c in calls])
     assert res.reasoning == (reasoning or ""), text

@@ -54,7 +54,7 @@ SPECIAL = [{"type": "function", "function": {"name": "special_function", "parame
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="seed-oss", **kw)
+    return parse_all_ways(text, family="seed-oss", **kw)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -102,14 +102,14 @@ def test_the_pack_renders_a_turn_the_parser_reads_back():
 def test_detected_as_seed_oss_before_qwen_xml():
     text = (TEMPLATES / "seed_oss.jinja").read_text("utf-8")
     assert "<parameter=" in text  # Qwen XML's marker is there too
-    assert detect(text).dialect == "seed-oss"
-    assert detect("{{ '<seed:think>' }}").dialect == "seed-oss"
+    assert detect(text).family == "seed-oss"
+    assert detect("{{ '<seed:think>' }}").family == "seed-oss"
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/templates (the real templates)")
 def test_only_seeds_own_template_is_detected_as_seed_oss():
     found = {p.name for p in SHARED.glob("*.jinja")
-             if detect(p.read_text("utf-8")).dialect == "seed-oss"}
+             if detect(p.read_text("utf-8")).family == "seed-oss"}
     assert found == {REAL}
     assert (SHARED / REAL).read_text("utf-8") == (TEMPLATES / "seed_oss.jinja").read_text("utf-8")
 
@@ -241,7 +241,7 @@ def test_a_complete_call_without_its_section_end_is_accepted():
 
 def test_qwen_xml_still_reads_its_own_calls_and_not_seeds():
     qwen = "<tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n</tool_call>"
-    res = parse_all_ways(qwen, dialect="qwen-xml", start="content")
+    res = parse_all_ways(qwen, family="qwen-xml", start="content")
     assert [(c.name, c.arguments) for c in res.tool_calls] == [("f", {"k": "v"})]
     res = parse(qwen)
     assert res.tool_calls == () and res.content == qwen

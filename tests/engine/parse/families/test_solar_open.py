@@ -40,7 +40,7 @@ FAMILY = Family("solar-open", call, s.CALLS + one("get_weather", '{"city": Paris
 
 def parse(text: str, **kw):
     kw.setdefault("start", "content")
-    return parse_all_ways(text, dialect="solar-open", tools=TOOLS, **kw)
+    return parse_all_ways(text, family="solar-open", tools=TOOLS, **kw)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -204,10 +204,10 @@ def test_writer_and_ids_in_the_templates_form():
 
 @pytest.mark.skipif(not REAL.is_dir(), reason="needs ../shared/templates (the real templates)")
 def test_the_real_template_is_detected_and_harmony_stays_harmony():
-    assert detect((REAL / "upstage-Solar-Open-100B.jinja").read_text()).dialect == "solar-open"
-    assert detect((REAL / "openai-gpt-oss-120b.jinja").read_text()).dialect == "harmony"
+    assert detect((REAL / "upstage-Solar-Open-100B.jinja").read_text()).family == "solar-open"
+    assert detect((REAL / "openai-gpt-oss-120b.jinja").read_text()).family == "harmony"
     for name in ("google-gemma-4-31B-it.jinja", "microsoft-Phi-3.5-mini-instruct.jinja"):
-        assert detect((REAL / name).read_text()).dialect != "solar-open", name
+        assert detect((REAL / name).read_text()).family != "solar-open", name
 
 
 def test_end_is_never_a_stop_and_the_pack_stops_on_the_turn_ends_only():
@@ -223,7 +223,7 @@ def test_the_pack_renders_the_real_template_for_the_parser():
     from engine.chat.packs import TEMPLATES
     from engine.chat.request import Message
 
-    tmpl = ChatTemplate((TEMPLATES / "solar_open.jinja").read_text(), dialect="solar-open")
+    tmpl = ChatTemplate((TEMPLATES / "solar_open.jinja").read_text(), family="solar-open")
     call_msg = {"id": "a1b2c3d4e5", "type": "function",
                 "function": {"name": "get_weather", "arguments": {"city": "Seoul"}}}
     ask = [Message("user", "Weather in Seoul?")]
