@@ -24,7 +24,14 @@ from dataclasses import dataclass, replace
 
 from engine.chat.request import Message
 from engine.chat.template import ChatTemplate, TemplateError
-from engine.parse.shapes.record import JSON_LIST, JSON_OBJECT, PYTHON_LIST, TAGGED, CallFormat
+from engine.parse.shapes.record import (
+    JSON_LIST,
+    JSON_OBJECT,
+    NAME_JSON,
+    PYTHON_LIST,
+    TAGGED,
+    CallFormat,
+)
 
 # Probe names, keys and values: distinctive enough never to be part of a template's own text.
 ALPHA, BETA = "prism_alpha", "prism_beta"
@@ -149,7 +156,12 @@ def _region(full: str, text: str, head: str, end: str) -> str:
     opened = max(full.rfind("<", 0, p), full.rfind("[", 0, p))
     if opened > max(full.rfind(">", 0, p), full.rfind("]", 0, p)):
         p = opened
-    return full[p:len(full) - min(_common_suffix(full, text), len(full) - p)]
+    e = len(full) - min(_common_suffix(full, text), len(full) - p)
+    # Nor does it end inside a tag both end alike (`<|eom_id|>` against `<|eot_id|>`).
+    opened = full.rfind("<", p, e)
+    if opened > full.rfind(">", p, e) and full.find(">", e) >= 0:
+        e = opened
+    return full[p:e]
 
 
 def _untail(region: str, end: str) -> str:
@@ -157,7 +169,14 @@ def _untail(region: str, end: str) -> str:
     end a turn of calls without the whitespace it ends an answer with)."""
     while (m := _TAG_END.search(region)) and m.start() > 0 and m.group(1) in end:
         region = region[:m.start()]
-    return region
+    # A turn's end may come before more tags of its own (`<｜end▁of▁sentence｜><｜Assistant｜>`):
+    # in the run of tags the region ends with, the first that ends an answer's turn too.
+    tags, cut = region, len(region)
+    while (m := _TAG_END.search(tags)) and m.start() > 0:
+        if m.group(1) in end:
+            cut = m.start()
+        tags = tags[:m.start()]
+    return region[:cut]
 
 
 def _probe(tpl: ChatTemplate, tools) -> Probe:
@@ -246,9 +265,9 @@ def derive(one: str, two_args: str, two_calls: str) -> CallFormat:
     found = _json_at(one)
     if found is not None:
         return _json(one, two_calls, *found)
-    if json.dumps({KA: V1}) in one or f'{{"{KA}":"{V1}"}}' in one:
-        raise ValueError("the call's name stands in markers and its arguments are a JSON "
-                         "object: no shape engine writes that (a family of its own reads it)")
+    for args in (json.dumps({KA: V1}), f'{{"{KA}":"{V1}"}}'):
+        if args in one:
+            return _name_json(one, two_calls, args)
     if one.find(KA, one.find(ALPHA)) >= 0:
         return _tagged(one, two_args, two_calls)
     raise ValueError("the rendered call is no Python list, JSON call or tagged call: "
@@ -358,6 +377,50 @@ def _json(one: str, two: str, i: int, end: int, value) -> CallFormat:
 def _with_keys(fmt: CallFormat, name_key: str, args_key: str) -> CallFormat:
     alt = tuple(k for k in ("arguments", "parameters") if k != args_key)
     return replace(fmt, name_key=name_key, args_key=args_key, args_alt=alt)
+
+
+_PREFIX = re.compile(r"[A-Za-z_]+\.$")  # a namespace written before every name (`functions.`)
+_INDEX = re.compile(r"([:#_-])0(?!\d)")  # a call's position after its name (`:0`)
+
+
+def _name_json(one: str, two: str, args: str) -> CallFormat:
+    """The name in markers, the arguments one JSON object (`args`, the first call's): what
+    stands before the name is the section and the call's opener (told apart by the second
+    call), between name and arguments the name's end (after an index, `:0`, or a call id,
+    `[CALL_ID]prismc000`), after them the call's closer, the separator and the section's."""
+    a = one.find(args)
+    n = one.rfind(ALPHA, 0, a)
+    if n < 0:
+        raise ValueError("the rendered call's arguments come before its name")
+    pre, mid, post = one[:n], one[n + len(ALPHA):a], one[a + len(args):]
+    if _call(0, "", {})["id"] in pre:
+        raise ValueError("the rendered call writes its id before its name: no shape engine "
+                         "reads that (a family of its own reads it)")
+    found = _PREFIX.search(pre)
+    prefix = found.group() if found and found.start() > 0 else ""
+    pre = pre[:len(pre) - len(prefix)]
+    index = ""
+    if (m := _INDEX.match(mid)) and BETA + m.group(1) + "1" in two:
+        index, mid = m.group(1), mid[m.end():]
+    id_tag, cid = "", _call(0, "", {})["id"]
+    if cid in mid:
+        id_tag, mid = mid[:mid.index(cid)], mid[mid.index(cid) + len(cid):]
+        if not id_tag.strip():
+            raise ValueError("the rendered call's id has no tag before it")
+    section, call, call_end, sep, section_end = "", pre, post, "\n", ""
+    first, beta = two.find(args), two.find(BETA)
+    if 0 <= first < beta:
+        mid2 = two[first + len(args):beta].removesuffix(prefix)
+        call = _at_tag(pre[len(pre) - _common_suffix(pre, mid2):]) if pre.strip() else ""
+        section = pre[:len(pre) - len(call)]
+        rest = mid2[:len(mid2) - len(call)]
+        call_end = post[:_common_prefix(rest, post)]
+        sep, section_end = rest[len(call_end):], post[len(call_end):]
+    if not (section + call).strip():
+        raise ValueError("a call whose name stands in markers has no opener before its name")
+    return CallFormat(NAME_JSON, section=section, section_end=section_end, call=call,
+                      call_end=call_end, sep=sep, name_end=mid, name_prefix=prefix, index=index,
+                      id_tag=id_tag)
 
 
 def _tagged(one: str, two_args: str, two_calls: str) -> CallFormat:

@@ -45,7 +45,7 @@ RECORDS = {
                                    call_end="\n```<e>", sep="\n"),
 }
 # The families that are name-json records: their record round-trips like the others.
-RECORDS.update({name: REGISTRY[name].format for name in ("deepseek", "kimi-k2")})
+RECORDS.update({name: REGISTRY[name].format for name in ("deepseek", "kimi-k2", "mistral")})
 CALL = ToolCall("c0", "get_weather", {"city": "\nParis ", "days": 3, "tags": ["a", None],
                                       "deep": {"x": True}}, 0)
 
@@ -88,6 +88,9 @@ def test_the_shapes_are_the_migrated_families_records():
     # Hunyuan 3's reader is its record's, plus its one repair (a missing separator).
     hy = REGISTRY["hunyuan3"]
     assert issubclass(hy.call_parser, engine(hy.format).reader.__bases__[0])
+    # Mistral's reader is its name-json record's, plus the older JSON list.
+    mi = REGISTRY["mistral"]
+    assert issubclass(mi.call_parser, engine(mi.format).reader.__bases__[0])
 
 
 @pytest.mark.parametrize("name", ["hunyuan3", "granite", "nemotron-v2", "apriel", "minimax-m1",
