@@ -100,7 +100,9 @@ class NameJsonCall(FramedBody):
                 if self.CALL and self._any(self.CALL) == PREFIX:
                     return
                 self._st = _NAME
-            elif st == _NAME:
+            elif st == _NAME:  # whitespace may stand between the call's tag and its name
+                if not self._ws():
+                    return
                 word = self._word(self.NAME_CHARS)
                 if not word:
                     return
@@ -182,7 +184,18 @@ class NameJsonCall(FramedBody):
                     return
                 self.done = False
                 self._st = _SECTION
-            else:
+            else:  # the section's closer, or the whitespace before its next call is this one's
+                if self._close_at < 0:
+                    self._close_at = self._pos
+                self._ws()
+                m = NONE
+                for c in self.CALL:
+                    m = max(m, match_literal(self._buf, 0, c))
+                if m == FULL:
+                    self.done, self.end, self._close_at = True, self._pos, -1
+                    return
+                if m == PREFIX and not eof:
+                    return
                 self._close(self.SECTION_END, eof)
                 return
 

@@ -94,7 +94,8 @@ def test_the_shapes_are_the_migrated_families_records():
 
 
 @pytest.mark.parametrize("name", ["hunyuan3", "granite", "nemotron-v2", "apriel", "minimax-m1",
-                                  "gigachat3.1", "firefunction", "hermes-json", "llama3-json"])
+                                  "gigachat3.1", "firefunction", "hermes-json", "llama3-json",
+                                  "functionary-v3.1"])
 def test_a_family_writes_and_forces_calls_from_its_record(name):
     """Families that keep a reader of their own still write and force calls from their record:
     the family's writer writes exactly what the record's engine writes, and so does its
