@@ -19,12 +19,12 @@ to `out` ("start" with the name, "args" with a JSON fragment) and sets `done`/`e
 
 A family whose calls fit a shape is its record (`FORMAT`, engine/parse/shapes/record.py
 `CallFormat`) handed to `shape_family` (engine/parse/shapes/build.py): the shape engine makes its
-reader, writer and forced-call grammar (tagged key/value, a JSON object in a wrapper, a JSON
-list, a Python-call list). Shared readers here: framed.py (markers around a name and JSON
-arguments), common.py (matching and the call-body base), hermes_json.py's JSON scanner. Adding
-a family is one new module here: the package imports every module it holds. Pure Python,
-standard library only, run by whichever thread drives the parser (docs/design.md, sections 4
-and 8).
+reader, writer and forced-call grammar (tagged key/value, a JSON object in a wrapper, a JSON list, a
+Python-call list, a name in markers and a JSON arguments object). Shared readers here: framed.py
+(markers around a name and JSON arguments), common.py (matching and the call-body base),
+hermes_json.py's JSON scanner. Adding a family is one new module here: the package imports every
+module it holds. Pure Python, standard library only, run by whichever thread drives the parser
+(docs/design.md, sections 4 and 8).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Functionary v3.1 (MeetKai, on Llama 3.1): no reasoning; calls as `<function=NAME>{…}
 </function>`, and Python code after `<|python_tag|>`.
 
-Owns the family's markers, the reader of one call, its writer and `CodeBody` (a call whose
-arguments are raw code to the end of the output, which Functionary v3.2 shares). Run by
-whichever thread drives the parser.
+Owns the family's record (a name-json `CallFormat`, engine/parse/shapes/name_json.py, whose
+reader, writer and grammar its calls use) and what is its own: the python tag, and `CodeBody`
+(a call whose arguments are raw code to the end of the output, which Functionary v3.2 shares).
+Run by whichever thread drives the parser.
 
     Checking.<function=get_weather>{"city": "Paris"}</function>
     <|python_tag|>import math
@@ -52,8 +53,10 @@ from engine.parse.families.common import (
     skip_ws,
 )
 from engine.parse.families.framed import FramedBody, name_at
-from engine.parse.families.registry import CallGrammar, Family, Writer, register
+from engine.parse.families.registry import Family, Writer, register
 from engine.parse.markers import Markers
+from engine.parse.shapes.build import engine, grammar_of
+from engine.parse.shapes.record import NAME_JSON, CallFormat
 
 NAME = "functionary-v3.1"
 OPENER = "<function="
@@ -62,11 +65,14 @@ PYTHON_TAG = "<|python_tag|>"
 PYTHON = "python"  # the call a `<|python_tag|>` makes
 _NAME_CHARS = "_-."
 
+FORMAT = CallFormat(NAME_JSON, call=OPENER, name_end=">", call_end=CLOSER)
+_ENGINE = engine(FORMAT)
+
 # The python tag is the body's own first characters: the reader must know which form it reads.
 MARKERS = Markers(None, None, (OPENER, PYTHON_TAG), body_openers=(PYTHON_TAG,))
 PRESERVED_TOKENS = (PYTHON_TAG, CLOSER)
 
-_BEGIN, _NAME, _TAG_END, _ARGS, _CLOSE, _PY, _PY_ARGS, _CODE = range(8)
+_PY, _PY_ARGS, _CODE = range(3)
 
 
 def _after_python_tag(text: str, i: int) -> bool:
@@ -120,48 +126,35 @@ class CodeBody(FramedBody):
             self.done, self.end = True, self._pos
 
 
-class CallParser(CodeBody):
+class CallParser(_ENGINE.reader, CodeBody):
+    """The record's reader, and what follows `<|python_tag|>` (kept in the body)."""
+
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
-        self._st = _BEGIN
+        self._py: int | None = None  # None: not yet known; else the python tag's state
 
     def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:  # `<|python_tag|>` (kept in the body), else the function's name
-                if not self._buf:
-                    return
-                if self._buf[0] == "<":
-                    if not self._expect(PYTHON_TAG):
-                        return
-                    self._st = _PY
-                else:
-                    self._st = _NAME
-            elif st == _NAME:
-                word = self._word(_NAME_CHARS)
-                if not word:
-                    return
-                self._start(word)
-                self._st = _TAG_END
-            elif st == _TAG_END:
-                if not self._expect(">"):
-                    return
-                self._st = _ARGS
-            elif st == _ARGS:
-                if not self._args(eof):
-                    return
-                self._st = _CLOSE
-            elif st == _CLOSE:
-                self._close(CLOSER, eof)
+        if self._py is None:
+            if not self._buf:
                 return
-            elif st == _PY:  # after the tag: JSON arguments, or code
+            if self._buf[0] != "<":
+                self._py = -1
+            elif not self._expect(PYTHON_TAG):
+                return
+            else:
+                self._py = _PY
+        if self._py < 0:
+            super()._run(eof)
+            return
+        while not (self.done or self.error):
+            if self._py == _PY:  # after the tag: JSON arguments, or code
                 if not self._ws():
                     if eof:
                         self._fail("no code")
                     return
                 self._start(PYTHON)
-                self._st = _PY_ARGS if self._buf[0] == "{" else _CODE
-            elif st == _PY_ARGS:  # the template's own form: no closer after it
+                self._py = _PY_ARGS if self._buf[0] == "{" else _CODE
+            elif self._py == _PY_ARGS:  # the template's own form: no closer after it
                 if not self._args(eof):
                     return
                 self.done, self.end = True, self._pos
@@ -170,19 +163,17 @@ class CallParser(CodeBody):
                 return
 
 
-__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "CodeBody", "match_opener"]
+__all__ = ["FORMAT", "MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "CodeBody",
+           "match_opener"]
+
+
+_write_record = _ENGINE.write_call
 
 
 def _write_call(call, index: int) -> str:
-    args = json.dumps(call.arguments, ensure_ascii=False)
     if call.name == PYTHON:  # as the template writes a python call
-        return PYTHON_TAG + args
-    return f"{OPENER}{call.name}>{args}{CLOSER}"
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer)."""
-    return f"{w.seq(OPENER + fn['name'] + '>')} {w.args(i, fn)} {w.seq(CLOSER)}"
+        return PYTHON_TAG + json.dumps(call.arguments, ensure_ascii=False)
+    return _write_record(call, index)
 
 
 FAMILY = register(Family(
@@ -191,6 +182,5 @@ FAMILY = register(Family(
     writer=Writer(_write_call, calls_sep="", before_calls=""),
     detect=("start_tag => `<function`", "version=v3-llama3.1"), supersedes=("llama3-json",),
     stops=("<|eot_id|>", "<|eom_id|>"), preserved_tokens=PRESERVED_TOKENS, thinking=False,
-    pack=NAME, repairs_history=False,
-    grammar=CallGrammar(_grammar_call),
+    pack=NAME, repairs_history=False, grammar=grammar_of(FORMAT, _ENGINE), format=FORMAT,
 ))

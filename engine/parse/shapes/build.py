@@ -18,8 +18,15 @@ from typing import Any
 from engine.parse.families import hermes_json
 from engine.parse.families.registry import CallGrammar, Family, Writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
-from engine.parse.shapes import json_list, json_object, python_calls, tagged
-from engine.parse.shapes.record import JSON_LIST, JSON_OBJECT, PYTHON_LIST, TAGGED, CallFormat
+from engine.parse.shapes import json_list, json_object, name_json, python_calls, tagged
+from engine.parse.shapes.record import (
+    JSON_LIST,
+    JSON_OBJECT,
+    NAME_JSON,
+    PYTHON_LIST,
+    TAGGED,
+    CallFormat,
+)
 
 THINK = (THINK_OPEN, THINK_CLOSE)
 # How the `<think>` families write a reasoning block (registry.think_writer's text).
@@ -54,6 +61,10 @@ def engine(fmt: CallFormat) -> Engine:
         return Engine(json_object.object_reader(fmt), hermes_json.match_opener,
                       json_object.openers(fmt), json_object.write_call(fmt),
                       json_object.grammar_call(fmt), fmt.section, fmt.section_end)
+    if fmt.shape == NAME_JSON:
+        return Engine(name_json.name_json_reader(fmt), name_json.opener_test(fmt),
+                      name_json.openers(fmt), name_json.write_call(fmt),
+                      name_json.grammar_call(fmt), fmt.section, fmt.section_end)
     mod = json_list if fmt.shape == JSON_LIST else python_calls
     reader = json_list.list_reader(fmt) if fmt.shape == JSON_LIST else \
         python_calls.python_reader(fmt)

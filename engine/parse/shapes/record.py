@@ -17,6 +17,9 @@ The layout each shape writes (NAME, KEY, VALUE, ARGS: the call's; `[…]` repeat
   `sep`, `section_end`.
 - `json-list`: `section` `[`{`name_key`: NAME, `args_key`: ARGS}, …`]` `section_end`.
 - `python-list`: `section` `[`NAME(KEY=VALUE, …), …`]` `section_end`, values Python literals.
+- `name-json`: `section` [`call` `name_prefix` NAME `index`N `name_end` ARGS `call_end`]… joined
+  by `sep`, `section_end`: the name in markers, the arguments one JSON object (DeepSeek, Kimi
+  K2, Mistral's `NAME[ARGS]{…}`, Functionary).
 
 An empty `section` with `line_start` means the list itself opens the calls (a bare `[` or `{`
 at the start of a line, the whole reply or after text).
@@ -30,7 +33,8 @@ TAGGED = "tagged"
 JSON_OBJECT = "json-object"
 JSON_LIST = "json-list"
 PYTHON_LIST = "python-list"
-SHAPES = (TAGGED, JSON_OBJECT, JSON_LIST, PYTHON_LIST)
+NAME_JSON = "name-json"
+SHAPES = (TAGGED, JSON_OBJECT, JSON_LIST, PYTHON_LIST, NAME_JSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,16 @@ class CallFormat:
     single: a json-list's lone call object, without the brackets, is a list of one.
     repair_close: a json-list whose `]` never comes (its closer or text right after the last
         object) is still read, a `repaired_call` (`no ]`).
+    name_prefix: a name-json call's text before its name, written and optional on read (Kimi's
+        `functions.`).
+    index: what stands before a name-json call's index after its name (Kimi's `:` of
+        `NAME:0`): written with the call's position in its list, read as any digits.
+    id_tag: a name-json call's id may follow its name after this tag (Mistral's
+        `[CALL_ID]a1b2c3d4e`): read and kept as the call's id, never written.
+    typed: a name-json call may write its type and `name_end` before its name (DeepSeek R1's
+        `function<｜tool▁sep｜>NAME`): read, never written.
+    fence: a name-json call's arguments may stand in a code fence (R1's ```json … ```): read,
+        never written.
     also: other spellings of the same format the reader accepts, never written (DeepSeek V4's
         `tool_calls` section, V4.1's spaced tags).
     """
@@ -80,6 +94,11 @@ class CallFormat:
     line_start: bool = False
     single: bool = False
     repair_close: bool = False
+    name_prefix: str = ""
+    index: str = ""
+    id_tag: str = ""
+    typed: bool = False
+    fence: bool = False
     also: tuple[CallFormat, ...] = ()
 
     def __post_init__(self) -> None:

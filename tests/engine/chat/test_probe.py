@@ -64,13 +64,15 @@ def test_the_probe_over_the_library_agrees_with_the_families_or_says_why_not(cap
             why = verdict((LIBRARY / name).read_text("utf-8")).why_unknown()
             print(f"  unknown: {name}: {why}")
     # A disagreement is the family writing a newer syntax than the template shows (Mistral
-    # Nemo's template renders the old JSON list; the family writes `NAME[ARGS]{…}`): the family
-    # reads both, so it is the family that is used, never the derived record.
+    # Nemo's template renders the old JSON list, the family writes `NAME[ARGS]{…}`; DeepSeek
+    # R1's templates render `function<｜tool▁sep｜>NAME` and a fence, the family writes V3.1's
+    # layout): the family reads both, so it is the family that is used, never the derived
+    # record.
     for name in counts["disagrees"]:
         v = verdict((LIBRARY / name).read_text("utf-8"), EXPECTED[name])
         assert v.agrees and v.family.name == EXPECTED[name], name
-    assert len(counts["disagrees"]) <= 2, counts["disagrees"]
-    assert len(counts["agrees"]) >= 30
+    assert len(counts["disagrees"]) <= 3, counts["disagrees"]
+    assert len(counts["agrees"]) >= 37
     # Every template that renders no call says so, and those are the ones without tool turns
     # or whose call turns need what the probe does not give (Mistral's nine-character ids).
     for name in counts["no calls"]:

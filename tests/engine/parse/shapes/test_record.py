@@ -15,6 +15,7 @@ from engine.parse.shapes.build import engine
 from engine.parse.shapes.record import (
     JSON_LIST,
     JSON_OBJECT,
+    NAME_JSON,
     PYTHON_LIST,
     SHAPES,
     TAGGED,
@@ -33,7 +34,18 @@ RECORDS = {
     "json-object": CallFormat(JSON_OBJECT, call="<call>", call_end="</call>", sep="\n"),
     "json-list": CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", "),
     "python-list": CallFormat(PYTHON_LIST, section="<py>", section_end="</py>", sep=", "),
+    "name-json": CallFormat(NAME_JSON, section="<calls>", section_end="</calls>", call="<call>",
+                            name_end="<args>", call_end="</call>", sep="\n"),
+    "name-json-indexed": CallFormat(NAME_JSON, call="<|call|>", name_prefix="functions.",
+                                    index=":", name_end="<|args|>", call_end="<|end|>"),
+    "name-json-bare-end": CallFormat(NAME_JSON, call="[CALL]", name_end="[ARGS]"),
+    # DeepSeek R1's layout as a probe diffs it: the fence is in the record's own strings.
+    "name-json-fenced": CallFormat(NAME_JSON, section="<s>", section_end="</s>",
+                                   call="<c>function<t>", name_end="\n```json\n",
+                                   call_end="\n```<e>", sep="\n"),
 }
+# The families that are name-json records: their record round-trips like the others.
+RECORDS.update({name: REGISTRY[name].format for name in ("deepseek", "kimi-k2", "mistral")})
 CALL = ToolCall("c0", "get_weather", {"city": "\nParis ", "days": 3, "tags": ["a", None],
                                       "deep": {"x": True}}, 0)
 
@@ -69,17 +81,21 @@ def test_the_shapes_are_the_migrated_families_records():
     shapes = {f.format.shape for f in REGISTRY.values() if f.format is not None}
     assert shapes == set(SHAPES)
     for name in ("glm", "minimax-xml", "dsml", "lfm2", "pythonic", "pythonic-tagged",
-                 "json-list", "granite", "nemotron-v2", "apriel"):
+                 "json-list", "granite", "nemotron-v2", "apriel", "deepseek", "kimi-k2"):
         fam = REGISTRY[name]
         assert fam.format is not None
         assert fam.call_parser.__bases__ == engine(fam.format).reader.__bases__, name
     # Hunyuan 3's reader is its record's, plus its one repair (a missing separator).
     hy = REGISTRY["hunyuan3"]
     assert issubclass(hy.call_parser, engine(hy.format).reader.__bases__[0])
+    # Mistral's reader is its name-json record's, plus the older JSON list.
+    mi = REGISTRY["mistral"]
+    assert issubclass(mi.call_parser, engine(mi.format).reader.__bases__[0])
 
 
 @pytest.mark.parametrize("name", ["hunyuan3", "granite", "nemotron-v2", "apriel", "minimax-m1",
-                                  "gigachat3.1", "firefunction", "hermes-json", "llama3-json"])
+                                  "gigachat3.1", "firefunction", "hermes-json", "llama3-json",
+                                  "functionary-v3.1"])
 def test_a_family_writes_and_forces_calls_from_its_record(name):
     """Families that keep a reader of their own still write and force calls from their record:
     the family's writer writes exactly what the record's engine writes, and so does its
