@@ -42,7 +42,7 @@ def _kimi(name: str, args: dict, i: int, gap: str = "") -> str:
     return f"{K_C}{gap}functions.{name}:{i}{gap}{K_A}{gap}{json.dumps(args)}{gap}{K_E}"
 
 
-# (dialect, model output, the calls, the content)
+# (family, model output, the calls, the content)
 CASES = {
     "deepseek v3, one call": (
         "deepseek", DS_B + _r1("get_weather", WEATHER) + DS_Z,
@@ -83,20 +83,20 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES)
 def test_held_out_outputs_read_at_every_chunking(case):
-    dialect, text, calls, content = CASES[case]
-    res = parse_all_ways(text, dialect=dialect, start="content")
+    family, text, calls, content = CASES[case]
+    res = parse_all_ways(text, family=family, start="content")
     assert [(c.name, c.arguments) for c in res.tool_calls] == calls
     assert res.content == content
     assert anomalies(res) == {}
 
 
-@pytest.mark.parametrize("dialect", ["deepseek", "kimi-k2", "mistral"])
-def test_a_quoted_call_is_not_executed(dialect):
+@pytest.mark.parametrize("family", ["deepseek", "kimi-k2", "mistral"])
+def test_a_quoted_call_is_not_executed(family):
     """In a code fence or in inline backticks, a family's own call is text (as vLLM's tests
     want of a call the model only shows)."""
-    text = REGISTRY[dialect].writer.write_calls(_calls([("get_weather", WEATHER)])).strip()
+    text = REGISTRY[family].writer.write_calls(_calls([("get_weather", WEATHER)])).strip()
     for quoted in (f"Write it as `{text}` to call.", f"Like this:\n```\n{text}\n```\nDone."):
-        res = parse_all_ways(quoted, dialect=dialect, start="content")
+        res = parse_all_ways(quoted, family=family, start="content")
         assert res.tool_calls == () and res.content == quoted
 
 
