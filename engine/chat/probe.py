@@ -49,6 +49,16 @@ TOOLS = (
         "name": BETA, "description": "probe", "parameters": {"type": "object", "properties": {
             KC: {"type": "string"}}}}},
 )
+# The same tools as clients spell them in full, every property described and the required ones
+# listed (Command R+'s template reads `param_fields.description` and `tool.parameters.required`),
+# tried when the plain ones are refused.
+_FULL_TOOLS = tuple(
+    {"type": "function", "function": {
+        **t["function"], "parameters": {
+            "type": "object", "required": list(t["function"]["parameters"]["properties"]),
+            "properties": {k: {**v, "description": "probe"} for k, v in
+                           t["function"]["parameters"]["properties"].items()}}}}
+    for t in TOOLS)
 # The calls each probe conversation's assistant writes: (label, ((name, arguments), ...)).
 CALLS = (
     ("one call, one string argument", ((ALPHA, {KA: V1}),)),
@@ -114,7 +124,7 @@ def probe(source: str, tool_source: str = "") -> Probe:
         tpl = ChatTemplate(source, tool_source=tool_source)
     except TemplateError as exc:
         return Probe(None, why=f"the template does not compile: {exc}")
-    for tools in (TOOLS, ()):
+    for tools in (TOOLS, _FULL_TOOLS, ()):
         try:
             return _probe(tpl, tools)
         except TemplateError as exc:
@@ -160,15 +170,18 @@ def _untail(region: str, end: str) -> str:
 
 
 def _probe(tpl: ChatTemplate, tools) -> Probe:
-    bare = _render(tpl, _turn(), tools)
     text = _render(tpl, _turn(content=TEXT), tools)
     at = text.find(TEXT)
     if at < 0:
         return Probe(None, renders=(Render("no calls, an answer", text),),
                      why="the template does not render an assistant's answer")
     head, end = text[:at], text[at + len(TEXT):]
-    renders = [Render("no calls, empty answer", bare[common_prefix(bare, text):]),
-               Render("no calls, an answer", text[at:])]
+    try:  # Ministral refuses an assistant turn with neither content nor calls
+        bare = _render(tpl, _turn(), tools)
+        bare = bare[common_prefix(bare, text):]
+    except TemplateError as exc:
+        bare = f"(refused: {exc})"
+    renders = [Render("no calls, empty answer", bare), Render("no calls, an answer", text[at:])]
     try:  # the answer's turn as a next turn follows it: its end-of-turn tags, for _untail
         follow = _render(tpl, (*_turn(content=TEXT), Message("user", "PRISM-NEXT")), tools)
         end += follow[follow.find(TEXT) + len(TEXT):follow.find("PRISM-NEXT")]

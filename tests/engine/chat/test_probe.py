@@ -81,6 +81,24 @@ def test_the_probe_over_the_library_agrees_with_the_families_or_says_why_not(cap
         assert verdict((LIBRARY / name).read_text("utf-8")).why_unknown()
 
 
+# Templates that refused the probe's first conversations and are probed with what real clients
+# send: Ministral refuses an assistant turn with neither content nor calls (the probe goes on
+# without that render); Command R+ reads every property's description and the required list.
+FALLBACKS = {
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja": "[TOOL_CALLS]",
+    "CohereForAI-c4ai-command-r-plus-tool_use.jinja": "Action:\n```json\n",
+}
+
+
+@pytest.mark.skipif(not LIBRARY.is_dir(), reason="needs ../shared/templates")
+@pytest.mark.parametrize("name", sorted(FALLBACKS))
+def test_templates_that_refuse_the_plain_probe_derive_a_record_that_reads_their_family(name):
+    found = probe((LIBRARY / name).read_text("utf-8"))
+    assert found.format is not None, found.why
+    assert FALLBACKS[name] in found.format.section + found.format.call
+    assert _cross_check(name) == "agrees"
+
+
 # --- templates no family names ---------------------------------------------------------------
 
 _SYSTEM = ("{%- if tools %}{{ header('system') }}Tools: {{ tools | tojson }}{{ eot }}"
