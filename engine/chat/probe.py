@@ -147,10 +147,12 @@ def _region(full: str, text: str, head: str, end: str) -> str:
     if opened > max(full.rfind(">", 0, p), full.rfind("]", 0, p)):
         p = opened
     e = len(full) - min(common_suffix(full, text), len(full) - p)
-    # Nor does it end inside a tag both end alike (`<|eom_id|>` against `<|eot_id|>`).
-    opened = full.rfind("<", p, e)
-    if opened > full.rfind(">", p, e) and full.find(">", e) >= 0:
-        e = opened
+    # Nor does it end inside a tag both end alike (`<|eom_id|>` against `<|eot_id|>`); a tag
+    # whose name only ends like the other's punctuation (`<|END_ACTION|>` against
+    # `<|END_RESPONSE|>`: `|>`) is the call text's own.
+    opened, closed = full.rfind("<", p, e), full.find(">", e)
+    if opened > full.rfind(">", p, e) and closed >= 0:
+        e = opened if re.search(r"\w", full[e:closed]) else closed + 1
     return full[p:e]
 
 
@@ -199,6 +201,13 @@ def _probe(tpl: ChatTemplate, tools) -> Probe:
         renders.append(Render(label, region))
         rendered.append((label, calls, region.strip()))
     reasoning, opens = _reasoning(tpl, tools, len(head), renders)
+    if reasoning is None and (pair := _call_reasoning(tpl, tools, renders)) is not None:
+        # The template writes reasoning only before calls (Command R7B's tool plan), and an
+        # empty pair where there is none: the model's reasoning, not the call text.
+        empty = re.compile(r"\s*" + re.escape(pair[0]) + r"\s*" + re.escape(pair[1]) + r"\s*")
+        if all(empty.match(t) for _, _, t in rendered if t):
+            reasoning = pair
+            rendered = [(lb, c, t[empty.match(t).end():] if t else t) for lb, c, t in rendered]
     base = Probe(None, reasoning, tuple(rendered), tuple(renders), opens_reasoning=opens)
     one = rendered[0][2]
     if renders[2].text.startswith("(refused"):
@@ -210,6 +219,24 @@ def _probe(tpl: ChatTemplate, tools) -> Probe:
     except ValueError as exc:
         return replace(base, why=str(exc))
     return replace(base, format=fmt)
+
+
+def _call_reasoning(tpl: ChatTemplate, tools, renders: list[Render]):
+    """(opener, closer) of reasoning as the template writes it before a call, or None."""
+    try:
+        shown = _render(tpl, _turn(CALLS[0][1], reasoning=THOUGHT), tools)
+    except TemplateError:
+        return None
+    at = shown.find(THOUGHT)
+    if at < 0:
+        return None
+    opener = _TAG_END.search(shown[:at])
+    closer = _TAG_START.search(shown[at + len(THOUGHT):])
+    if not (opener and closer):
+        return None
+    start = shown.rfind(ALPHA)
+    renders.append(Render("a call after reasoning", shown[opener.start():start + len(ALPHA)]))
+    return opener.group(1), closer.group(1)
 
 
 def _reasoning(tpl: ChatTemplate, tools, head: int, renders: list[Render]):
@@ -240,7 +267,8 @@ def _reasoning(tpl: ChatTemplate, tools, head: int, renders: list[Render]):
     last = _TAG_END.search(on.rstrip())
     if last and (pair is None or last.group(1) == pair[0]) and on != off:
         tag = last.group(1)
-        if pair is None and tag.startswith("<") and not tag.startswith("</"):
+        # A closer is guessed for a named tag only (`<think>`), never a special token's.
+        if pair is None and re.fullmatch(r"<[A-Za-z][\w-]*>", tag):
             pair = (tag, "</" + tag[1:])
         opens = pair is not None and tag == pair[0]
     return pair, opens

@@ -99,6 +99,24 @@ def test_templates_that_refuse_the_plain_probe_derive_a_record_that_reads_their_
     assert _cross_check(name) == "agrees"
 
 
+@pytest.mark.skipif(not LIBRARY.is_dir(), reason="needs ../shared/templates")
+def test_reasoning_written_only_before_calls_is_reasoning_and_a_closing_action_tag_is_kept():
+    # Command R7B writes `<|START_THINKING|>PLAN<|END_THINKING|>` before its calls only (an
+    # empty pair when there is no plan) and closes them with `<|END_ACTION|>`, where an answer
+    # ends `<|END_RESPONSE|>`: alike only in `|>`, so the tag is the call text's own. Its thinking
+    # switch is no `<|CHATBOT_TOKEN|>` pair.
+    name = "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja"
+    found = probe((LIBRARY / name).read_text("utf-8"))
+    assert found.reasoning == ("<|START_THINKING|>", "<|END_THINKING|>")
+    assert found.format is not None
+    assert (found.format.section, found.format.section_end) == ("<|START_ACTION|>",
+                                                                "<|END_ACTION|>")
+    assert all(t.startswith("<|START_ACTION|>[") for _, _, t in found.calls)
+    # Each call object starts with the model's own `tool_call_id`, which no record field names:
+    # the self-test fails and the format stays unknown rather than read wrongly.
+    assert not verdict((LIBRARY / name).read_text("utf-8")).passed
+
+
 # --- templates no family names ---------------------------------------------------------------
 
 _SYSTEM = ("{%- if tools %}{{ header('system') }}Tools: {{ tools | tojson }}{{ eot }}"
