@@ -208,6 +208,12 @@ def _probe(tpl: ChatTemplate, tools) -> Probe:
         if all(empty.match(t) for _, _, t in rendered if t):
             reasoning = pair
             rendered = [(lb, c, t[empty.match(t).end():] if t else t) for lb, c, t in rendered]
+    if rendered[2][2] and rendered[2][2] == rendered[0][2]:
+        # Two calls rendered as the first alone (GigaChat 3 writes `tool_calls[0]`): the
+        # template shows one call a turn; that render is no two calls to read back.
+        renders[4] = Render(renders[4].label, renders[4].text + "\n(the first call only: the "
+                            "template renders one call a turn)")
+        rendered[2] = (rendered[2][0], rendered[2][1], "")
     base = Probe(None, reasoning, tuple(rendered), tuple(renders), opens_reasoning=opens)
     one = rendered[0][2]
     if renders[2].text.startswith("(refused"):
