@@ -169,6 +169,8 @@ def _json(one: str, two: str, i: int, end: int, value) -> CallFormat:
             rest = mid[:len(mid) - len(call)]
             call_end = post[:common_prefix(rest, post)]
             sep, section_end = rest[len(call_end):], post[len(call_end):]
+            if not (call + call_end).strip():  # whitespace is no call's tag (MiniMax M1's lines)
+                section, call, call_end, sep, section_end = pre, "", "", mid, post
     return _with_keys(CallFormat(JSON_OBJECT, section=section, section_end=section_end,
                                  call=call, call_end=call_end, sep=sep,
                                  line_start=not (section + call).strip()),
@@ -249,6 +251,11 @@ def _tagged(one: str, two_args: str, two_calls: str) -> CallFormat:
     cut = max(inner.rfind("<"), inner.rfind("["))
     key_end, value = (key_value[:cut], key_value[cut:]) if cut > 0 else \
         (inner, key_value[len(inner):])
+    # A key's tag that says whether its value is a raw string (DSML's ` string="true"`, and
+    # `"false"` before the number): the record's `string_attr`, the key's end without it.
+    string_attr, attr = False, ' string="true"'
+    if attr in key_end and KB + key_end.replace(attr, ' string="false"') in two_args:
+        string_attr, key_end = True, key_end.replace(attr, "")
     if not after.startswith(value_end):
         raise ValueError("a tagged call's last value ends unlike the others")
     post = after[len(value_end):]
@@ -265,7 +272,8 @@ def _tagged(one: str, two_args: str, two_calls: str) -> CallFormat:
         raise ValueError("a tagged call with no opener before its name")
     return CallFormat(TAGGED, section=section, section_end=section_end, call=call,
                       call_end=call_end, sep=sep, name_end=name_end, param=param,
-                      key_end=key_end, value=value, value_end=value_end)
+                      key_end=key_end, value=value, value_end=value_end,
+                      string_attr=string_attr)
 
 
 __all__ = ["ALPHA", "BETA", "KA", "KB", "KC", "NUM", "V1", "V2", "call_id", "common_prefix",

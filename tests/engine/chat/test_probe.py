@@ -68,12 +68,13 @@ def test_the_probe_over_the_library_agrees_with_the_families_or_says_why_not(cap
     # R1's templates render `function<｜tool▁sep｜>NAME` and a fence, the family writes V3.1's
     # layout; gpt-oss's template writes the recipient in the role header,
     # `<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>`, where the
-    # model and the family write it after the channel): the family reads both, so it is the
-    # family that is used, never the derived record.
+    # model and the family write it after the channel; DeepSeek V4's templates render DSML's
+    # `tool_calls` section, the family writes V3.2's `function_calls`): the family reads both,
+    # so it is the family that is used, never the derived record.
     for name in counts["disagrees"]:
         v = verdict((LIBRARY / name).read_text("utf-8"), EXPECTED[name])
         assert v.agrees and v.family.name == EXPECTED[name], name
-    assert len(counts["disagrees"]) <= 4, counts["disagrees"]
+    assert len(counts["disagrees"]) <= 6, counts["disagrees"]
     assert len(counts["agrees"]) >= 37
     # Every template that renders no call says so, and those are the ones without tool turns
     # or whose call turns need what the probe does not give (Mistral's nine-character ids).
@@ -132,6 +133,25 @@ def test_a_template_that_renders_the_first_call_only_derives_from_the_one_call_r
     assert found.format.call.rstrip().endswith(("function call<|role_sep|>", "<|function_call|>"))
     assert verdict((LIBRARY / name).read_text("utf-8")).passed
     assert _cross_check(name) == "agrees"
+
+
+@pytest.mark.skipif(not LIBRARY.is_dir(), reason="needs ../shared/templates")
+def test_a_key_tag_that_says_whether_the_value_is_a_string_is_the_string_attribute():
+    # DSML writes ` string="true"` in a string's key tag and `"false"` in a number's.
+    name = "deepseek-ai-DeepSeek-V3.2.jinja"
+    found = probe((LIBRARY / name).read_text("utf-8"))
+    assert found.format is not None and found.format.string_attr
+    assert found.format.key_end == '">'
+    assert verdict((LIBRARY / name).read_text("utf-8")).passed
+    assert _cross_check(name) == "agrees"
+
+
+@pytest.mark.skipif(not LIBRARY.is_dir(), reason="needs ../shared/templates")
+def test_calls_one_a_line_in_a_section_have_no_whitespace_call_tag():
+    # MiniMax M1 writes `<tool_calls>\n`, a JSON object a line, `\n</tool_calls>`: the line
+    # breaks are the section's and the separator, no call's opener; the record is the family's.
+    found = probe((LIBRARY / "MiniMax-M1.jinja").read_text("utf-8"))
+    assert found.format == families.get("minimax-m1").format
 
 
 # --- templates no family names ---------------------------------------------------------------
