@@ -50,6 +50,14 @@ def common_suffix(a: str, b: str) -> int:
     return i
 
 
+def _tag_prefix(a: str, b: str) -> int:
+    """The common prefix of `a` and `b`, never ending inside a tag both open alike (`<|` of
+    `<|end|>` against `<|call|>`)."""
+    n = common_prefix(a, b)
+    opened = b.rfind("<", 0, n)
+    return opened if opened > b.rfind(">", 0, n) else n
+
+
 def _at_tag(s: str) -> str:
     """`s` from its first `<` or `[` on (a marker starts at a tag, not inside the one
     before it: `>\\n<parameter=` is `<parameter=`); `s` when it has none."""
@@ -167,7 +175,7 @@ def _json(one: str, two: str, i: int, end: int, value) -> CallFormat:
             call = _at_tag(pre[len(pre) - common_suffix(pre, mid):]) if pre.strip() else ""
             section = pre[:len(pre) - len(call)]
             rest = mid[:len(mid) - len(call)]
-            call_end = post[:common_prefix(rest, post)]
+            call_end = post[:_tag_prefix(rest, post)]
             sep, section_end = rest[len(call_end):], post[len(call_end):]
             if not (call + call_end).strip():  # whitespace is no call's tag (MiniMax M1's lines)
                 section, call, call_end, sep, section_end = pre, "", "", mid, post
@@ -217,7 +225,7 @@ def _name_json(one: str, two: str, args: str) -> CallFormat:
         call = _at_tag(pre[len(pre) - common_suffix(pre, mid2):]) if pre.strip() else ""
         section = pre[:len(pre) - len(call)]
         rest = mid2[:len(mid2) - len(call)]
-        call_end = post[:common_prefix(rest, post)]
+        call_end = post[:_tag_prefix(rest, post)]
         sep, section_end = rest[len(call_end):], post[len(call_end):]
     if not (section + call).strip():
         raise ValueError("a call whose name stands in markers has no opener before its name")
@@ -266,7 +274,7 @@ def _tagged(one: str, two_args: str, two_calls: str) -> CallFormat:
         call = _at_tag(pre[len(pre) - common_suffix(pre, mid):])
         section = pre[:len(pre) - len(call)]
         rest = mid[:len(mid) - len(call)]
-        call_end = post[:common_prefix(rest, post)]
+        call_end = post[:_tag_prefix(rest, post)]
         sep, section_end = rest[len(call_end):], post[len(call_end):]
     if not (section + call).strip():
         raise ValueError("a tagged call with no opener before its name")

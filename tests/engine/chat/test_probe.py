@@ -154,6 +154,17 @@ def test_calls_one_a_line_in_a_section_have_no_whitespace_call_tag():
     assert found.format == families.get("minimax-m1").format
 
 
+@pytest.mark.skipif(not LIBRARY.is_dir(), reason="needs ../shared/templates")
+def test_a_call_end_never_stops_inside_a_tag_the_separator_opens_alike():
+    # llm-jp 4.1 ends the last call `<|call|>` and the others `<|end|>`, then a new assistant
+    # header: alike only in `<|`, which is neither's call end.
+    name = "llm-jp-llm-jp-4.1-8b-thinking.jinja"
+    fmt = probe((LIBRARY / name).read_text("utf-8")).format
+    assert fmt is not None
+    assert (fmt.call_end, fmt.sep, fmt.section_end) == ("", "<|end|><|start|>assistant ",
+                                                        "<|call|>")
+
+
 # --- templates no family names ---------------------------------------------------------------
 
 _SYSTEM = ("{%- if tools %}{{ header('system') }}Tools: {{ tools | tojson }}{{ eot }}"
