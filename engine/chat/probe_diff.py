@@ -264,6 +264,12 @@ def _tagged(one: str, two_args: str, two_calls: str) -> CallFormat:
     string_attr, attr = False, ' string="true"'
     if attr in key_end and KB + key_end.replace(attr, ' string="false"') in two_args:
         string_attr, key_end = True, key_end.replace(attr, "")
+    elif KB + key_end not in two_args:  # Kimi K3's ` type="string"`, ` type="integer"`
+        raise ValueError("a tagged key's tag differs with its value's type: no record field "
+                         f"writes that ({key_end!r})")
+    if BETA in two_calls and BETA + name_end not in two_calls:  # Kimi K3's ` index="1"`
+        raise ValueError("a tagged call's name ends unlike the next call's (its position?): "
+                         f"no record field writes that ({name_end!r})")
     if not after.startswith(value_end):
         raise ValueError("a tagged call's last value ends unlike the others")
     post = after[len(value_end):]

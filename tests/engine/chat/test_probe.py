@@ -75,7 +75,7 @@ def test_the_probe_over_the_library_agrees_with_the_families_or_says_why_not(cap
         v = verdict((LIBRARY / name).read_text("utf-8"), EXPECTED[name])
         assert v.agrees and v.family.name == EXPECTED[name], name
     assert len(counts["disagrees"]) <= 6, counts["disagrees"]
-    assert len(counts["agrees"]) >= 37
+    assert len(counts["agrees"]) >= 42
     # Every template that renders no call says so, and those are the ones without tool turns
     # or whose call turns need what the probe does not give (Mistral's nine-character ids).
     for name in counts["no calls"]:
@@ -163,6 +163,14 @@ def test_a_call_end_never_stops_inside_a_tag_the_separator_opens_alike():
     assert fmt is not None
     assert (fmt.call_end, fmt.sep, fmt.section_end) == ("", "<|end|><|start|>assistant ",
                                                         "<|call|>")
+
+
+@pytest.mark.skipif(not LIBRARY.is_dir(), reason="needs ../shared/templates")
+def test_tags_that_change_with_the_value_type_are_no_record():
+    # Kimi K3 writes `type="string"` or `type="integer"` in a key's tag and the call's position
+    # after its name: no record field writes either, so no record is derived, and why says so.
+    found = probe((LIBRARY / "Kimi-K3.jinja").read_text("utf-8"))
+    assert found.format is None and "differs with its value's type" in found.why
 
 
 # --- templates no family names ---------------------------------------------------------------
