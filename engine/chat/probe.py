@@ -5,10 +5,12 @@ reasoning markers, or why none could be derived), `Render` (one probe render, ke
 `prism probe`) and `probe(template)`. The template is rendered in Prism's sandbox
 (engine/chat/template.py `ChatTemplate`) with probe conversations: an assistant turn without
 calls against one with a call, one call against two, two function names, one argument against
-two, a string against a number, reasoning in the history or not, thinking on and off. The
-renders are diffed: the assistant's call text is what a call adds to the turn, and its markers
-(section, call, parameter tags) are what stays the same around what changes (names, keys,
-values; engine/chat/probe_diff.py `derive`). The shape is the call syntax the template shows (a
+two, a string against a number, reasoning in the history or not, thinking on and off (the
+tools described in full where the plain ones are refused; a template that renders only the
+first of two calls is derived from its one-call renders). The renders are diffed: the
+assistant's call text is what a call adds to the turn, and its markers (section, call,
+parameter tags) are what stays the same around what changes (names, keys, values;
+engine/chat/probe_diff.py `derive`). The shape is the call syntax the template shows (a
 Python-call list, a JSON list, a JSON object in a wrapper, a name in markers and JSON arguments,
 tagged key/value), never its header tokens. Whether the record reads
 the template's own calls back is decided next door (engine/chat/probe_check.py). Pure: no
