@@ -159,8 +159,12 @@ class ChatTemplate:
             _log_once(self.source, "gives this chat template tool-call arguments as JSON "
                       "strings: it cannot render them decoded (Functionary v3.2 adds them to "
                       "text)")
-        return self._render_dicts([_template_message(m, as_string) for m in messages], tools,
-                                  add_generation_prompt, variables)
+        null = self.null_call_content and any(m.tool_calls and not m.content for m in messages)
+        if null:
+            _log_once(self.source, "gives this chat template a null content with tool calls "
+                      "(as OpenAI clients send it): it shows calls only then")
+        return self._render_dicts([_template_message(m, as_string, null) for m in messages],
+                                  tools, add_generation_prompt, variables)
 
     def _render_dicts(self, messages: list[dict], tools: list[dict] | None,
                       add_generation_prompt: bool, variables: dict[str, Any]) -> str:
@@ -213,6 +217,23 @@ class ChatTemplate:
         return (Message("user", system.content), *rest)
 
     @functools.cached_property
+    def null_call_content(self) -> bool:
+        """Whether the template shows an assistant's calls only when that turn's content is
+        None, as OpenAI clients send it beside `tool_calls`, and not when it is "" as Prism
+        keeps it (DeepSeek R1 Distill's templates test `content is none`). Probed once; a
+        template that shows calls either way, or prints "None", keeps the empty string."""
+        def chat(content: str | None) -> list[dict]:
+            call = {"id": "call_prism_probe", "type": "function",
+                    "function": {"name": "prism_probe_tool", "arguments": '{"x": 1}'}}
+            return [{"role": "user", "content": "prism probe"},
+                    {"role": "assistant", "content": content, "tool_calls": [call]},
+                    {"role": "tool", "content": "prism probe result",
+                     "tool_call_id": "call_prism_probe", "name": "prism_probe_tool"}]
+        empty, null = self._probe(chat("")), self._probe(chat(None))
+        return (empty is not None and null is not None and "prism_probe_tool" not in empty
+                and "prism_probe_tool" in null and "None" not in null)
+
+    @functools.cached_property
     def string_arguments(self) -> bool:
         """Whether the template fails on tool-call arguments given decoded (a dict, as Prism
         keeps them) but renders them given as the JSON string OpenAI clients send: Functionary
@@ -221,7 +242,8 @@ class ChatTemplate:
             call = {"id": "call_prism_probe", "type": "function",
                     "function": {"name": "prism_probe_tool", "arguments": arguments}}
             return [{"role": "user", "content": "prism probe"},
-                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "assistant", "content": None if self.null_call_content else "",
+                     "tool_calls": [call]},
                     {"role": "tool", "content": "prism probe result",
                      "tool_call_id": "call_prism_probe", "name": "prism_probe_tool"}]
         tools = [{"type": "function", "function": {
@@ -277,10 +299,13 @@ def _cut_after(rendered: str, text: str) -> str:
     return rendered[: at + len(text.strip())]
 
 
-def _template_message(message: Message, string_arguments: bool = False) -> dict[str, Any]:
+def _template_message(message: Message, string_arguments: bool = False,
+                      null_call_content: bool = False) -> dict[str, Any]:
     d = message.to_template()
     if string_arguments and message.tool_calls:
         d["tool_calls"] = [_string_call(c) for c in d["tool_calls"]]
+    if null_call_content and message.tool_calls and not message.content:
+        d["content"] = None
     if message.reasoning_content is not None:
         # transformers (5.x) also offers the reasoning as `thinking`, the name gpt-oss reads.
         d = {"thinking": message.reasoning_content, **d}

@@ -241,6 +241,41 @@ def test_string_arguments_only_for_templates_that_need_them():
     assert chat[1].tool_calls[0]["function"]["arguments"] == {"a": "é"}  # the caller's: kept
 
 
+@needs_templates
+def test_a_template_that_shows_calls_only_under_a_null_content_gets_one():
+    # DeepSeek R1 Distill Llama's template renders an assistant's calls only when its content
+    # `is none`, what OpenAI clients send beside tool_calls; Prism keeps "" and gives None back.
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    chat = [Message("user", "Weather?"), Message("assistant", "", tool_calls=(call,)),
+            Message("tool", '{"t": 2}', tool_call_id="c1", name="get_weather")]
+    distill = ChatTemplate(real("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"))
+    assert distill.null_call_content and distill.string_arguments
+    assert ('<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>'
+            'get_weather\n```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜>'
+            '<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>{"t": 2}') in distill.render(chat)
+    for name in ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "Qwen-Qwen3-0.6B.jinja",
+                 "meta-llama-Llama-3.1-8B-Instruct.jinja", "tencent-Hy3.jinja"):
+        assert not ChatTemplate(real(name)).null_call_content, name
+
+
+def test_null_call_content_only_where_it_shows_the_calls():
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    chat = [Message("user", "hi"), Message("assistant", "", tool_calls=(call,))]
+    loop = "{% for m in messages %}"
+    only_null = ChatTemplate(loop + "{% if m.content is none %}{{ m.tool_calls[0].function.name }}"
+                             "{% else %}[{{ m.content }}]{% endif %}{% endfor %}")
+    assert only_null.null_call_content and only_null.render(chat) == "[hi]f"
+    # A template that prints the content whatever it is would write "None": it keeps "".
+    prints = ChatTemplate(loop + "{{ m.content }}{% for c in m.tool_calls or [] %}"
+                          "{% if m.content is none %}{{ c.function.name }}{% endif %}"
+                          "{% endfor %}{% endfor %}")
+    assert not prints.null_call_content and prints.render(chat) == "hi"
+    either = ChatTemplate(loop + "{% for c in m.tool_calls or [] %}{{ c.function.name }}"
+                          "{% endfor %}{% endfor %}")
+    assert not either.null_call_content and either.render(chat) == "f"
+
+
 def test_system_merge_rules():
     refuse = ("{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}"
               "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}")
