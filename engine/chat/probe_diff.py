@@ -227,6 +227,11 @@ def _name_json(one: str, two: str, args: str) -> CallFormat:
         rest = mid2[:len(mid2) - len(call)]
         call_end = post[:_tag_prefix(rest, post)]
         sep, section_end = rest[len(call_end):], post[len(call_end):]
+        last = two.rfind(call_end) if call_end else -1
+        if section.strip() and not section_end.strip() and last > beta:
+            # The section closed only after a second call (DeepSeek R1 Distill Llama's
+            # template): the closer is the two-call render's tail.
+            section_end = two[last + len(call_end):]
     if not (section + call).strip():
         raise ValueError("a call whose name stands in markers has no opener before its name")
     return CallFormat(NAME_JSON, section=section, section_end=section_end, call=call,

@@ -74,11 +74,12 @@ def test_the_probe_over_the_library_agrees_with_the_families_or_says_why_not(cap
     for name in counts["disagrees"]:
         v = verdict((LIBRARY / name).read_text("utf-8"), EXPECTED[name])
         assert v.agrees and v.family.name == EXPECTED[name], name
-    assert len(counts["disagrees"]) <= 6, counts["disagrees"]
+    assert len(counts["disagrees"]) <= 7, counts["disagrees"]
     assert len(counts["agrees"]) >= 42
     # Every template that renders no call says so, and those are the ones without tool turns
-    # or whose call turns need what the probe does not give (DeepSeek R1 Distill Llama's
-    # renders calls only for a turn whose content is None; the probe sends "", as Prism does).
+    # (DeepSeek R1 Distill Llama's shows calls only for a turn whose content is None: the
+    # template gets that null, as from an OpenAI client, and its calls are derived).
+    assert "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja" not in counts["no calls"]
     for name in counts["no calls"]:
         assert probe((LIBRARY / name).read_text("utf-8")).why == NO_CALLS
     for name in counts["unknown"]:
