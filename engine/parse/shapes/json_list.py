@@ -145,17 +145,20 @@ class CallList(FramedBody):
         consumed with the last call; anything else ends the call before that whitespace.
     repair_close: a closer or text right after an object of the list (no `]`) ends the list,
         a repair (`no ]`); the closer is consumed.
+    opened: the list's `[` was read before the body (FireFunction's opener holds it): the
+        reader starts at the first object.
     """
 
     element: type[Element] = Element
     single: bool = True
     closers: tuple[str, ...] = ()
     repair_close: bool = False
+    opened: bool = False
 
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
-        self._st = _BEGIN
-        self._listed = False  # inside `[ ]`
+        self._st = _ELEM if self.opened else _BEGIN
+        self._listed = self.opened  # inside `[ ]`
         self._more = False  # a comma followed: the next object is the next call
         self._seen: frozenset[str] = frozenset()
 
