@@ -46,6 +46,9 @@ PRESERVED_TOKENS = (INNER, INNER_END, TOOLS, TOOLS_END)
 
 _LIST, _ELEM, _NAME, _NAME_TEXT, _COLON, _ARGS, _ELEM_END, _AFTER_ELEM, _SUFFIX = (
     range(9))
+# The list's punctuation, each after optional whitespace: a state's text and the next state.
+_PUNCT = {_LIST: ("[", _ELEM), _ELEM: ("{", _NAME), _NAME: ('"', _NAME_TEXT),
+          _COLON: (":", _ARGS), _ELEM_END: ("}", _AFTER_ELEM)}
 
 
 def match_opener(text: str, i: int) -> Match:
@@ -80,24 +83,11 @@ class CallParser(FramedBody):
     def _run(self, eof: bool) -> None:
         while not (self.done or self.error):
             st = self._st
-            if st == _LIST:
-                if not self._ws():
+            if st in _PUNCT:
+                lit, nxt = _PUNCT[st]
+                if not (self._ws() and self._expect(lit)):
                     return
-                if not self._expect("["):
-                    return
-                self._st = _ELEM
-            elif st == _ELEM:
-                if not self._ws():
-                    return
-                if not self._expect("{"):
-                    return
-                self._st = _NAME
-            elif st == _NAME:
-                if not self._ws():
-                    return
-                if not self._expect('"'):
-                    return
-                self._st = _NAME_TEXT
+                self._st = nxt
             elif st == _NAME_TEXT:
                 name = self._until('"', MAX_NAME)
                 if not name:
@@ -107,12 +97,6 @@ class CallParser(FramedBody):
                     return
                 self._start(name)
                 self._st = _COLON
-            elif st == _COLON:
-                if not self._ws():
-                    return
-                if not self._expect(":"):
-                    return
-                self._st = _ARGS
             elif st == _ARGS:
                 if self._json is None:
                     if not self._ws():
@@ -132,12 +116,6 @@ class CallParser(FramedBody):
                 if not self._args(eof):
                     return
                 self._st = _ELEM_END
-            elif st == _ELEM_END:
-                if not self._ws():
-                    return
-                if not self._expect("}"):
-                    return
-                self._st = _AFTER_ELEM
             elif st == _AFTER_ELEM:  # `,` (another element follows) or `]`
                 if not self._ws():
                     return
