@@ -140,3 +140,30 @@ def test_a_record_is_frozen_data():
         CallFormat("yaml")
     assert fmt.describe() == "tagged in <calls>"
     assert REGISTRY["pythonic"].format.describe() == "python list (bare)"
+
+
+@pytest.mark.parametrize("module", ["functionary_v3_2", "gigachat3"])
+def test_a_family_with_its_own_frame_writes_and_forces_calls_from_a_record(module):
+    """Families whose record is not registered (their reader and frame are their own) still
+    write and force each call exactly as their record's engine does."""
+    import importlib
+
+    from engine.grammar.writer import Writer
+
+    mod = importlib.import_module(f"engine.parse.families.{module}")
+    fam, eng = mod.FAMILY, engine(mod.FORMAT)
+    call = ToolCall("c0", "get_weather", {"city": "Paris", "days": 3}, 0)
+    assert fam.writer.write_call(call) == eng.open + eng.write_call(call, 0) + eng.close
+    fn = {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}
+    assert fam.grammar.call(Writer({}), 0, fn) == eng.grammar_call(Writer({}), 0, fn)
+
+
+def test_firefunction_reads_its_list_with_its_record_reader():
+    """FireFunction's reader is its json-list record's, started after the opener's `[`."""
+    ff = REGISTRY["firefunction"]
+    assert issubclass(ff.call_parser, engine(ff.format).reader.__bases__[0])
+    body = '{"name": "f", "arguments": {"a": 1}}, {"name": "g", "parameters": {}}] tail'
+    p = read_all_ways(SimpleNamespace(CallParser=ff.call_parser), body)
+    assert (p.name, p.arguments) == ("f", {"a": 1})
+    assert p.end == body.index(", {") + 1  # the comma is the call's: the next one follows
