@@ -15,8 +15,9 @@ call (each element is its own call, `follow` hands the next one to the parser).
 Choices where the other servers differ: the older list's elements may also name their
 arguments `parameters` (as Hermes JSON reads them), and write them before the name
 (`{"arguments": …, "name": …}`: the call streams whole once the name is known); `[CALL_ID]`'s
-id is not kept (Prism numbers its calls); the answer after a call is text (vLLM drops what
-follows a `[TOOL_CALLS]` list).
+id is kept as the call's (Prism numbers a call without one: nine alphanumerics, which the
+templates accept back); the answer after a call is text (vLLM drops what follows a
+`[TOOL_CALLS]` list).
 """
 
 from __future__ import annotations
