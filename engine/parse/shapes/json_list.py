@@ -1,6 +1,7 @@
 """The json-list shape: calls written as a JSON list of objects, one call per object; the reader
 the Command R7B, Command R+, Apriel and `json-list` formats share, and the writer and forced-call
-grammar of a list from one `CallFormat`.
+grammar of a list from one `CallFormat`. FireFunction's list and Mistral's older one are read by
+it too.
 
 Owns `Element`, the Hermes JSON scanner (engine/parse/families/hermes_json.py) reading one call
 object whose keys its family names (the name's: `name`, Cohere's `tool_name`; the
