@@ -262,13 +262,17 @@ class CallList(FramedBody):
 
 
 def _keys(fmt: CallFormat) -> tuple[str, ...]:
-    return (fmt.name_key, fmt.args_key, *fmt.args_alt)
+    """The keys a call object may begin with: its id's, its name's, its arguments'."""
+    return (*((fmt.id_key,) if fmt.id_key else ()), fmt.name_key, *fmt.name_alt, fmt.args_key,
+            *fmt.args_alt)
 
 
 def list_reader(fmt: CallFormat) -> type[CallList]:
-    """The reader of `fmt`'s list, one call at a time (a list is required, `[` first)."""
+    """The reader of `fmt`'s list, one call at a time (a list is required, `[` first, unless
+    the record is `single`)."""
     element = type("Element", (Element,), {
-        "names": (fmt.name_key,), "args": (fmt.args_key, *fmt.args_alt)})
+        "names": (fmt.name_key, *fmt.name_alt), "args": (fmt.args_key, *fmt.args_alt),
+        "ids": (fmt.id_key,) if fmt.id_key else ()})
     closers = tuple(dict.fromkeys(s for f in fmt.spellings if (s := f.section_end.strip())))
     return type("CallParser", (CallList,), {"element": element, "single": fmt.single,
                                              "closers": closers,
