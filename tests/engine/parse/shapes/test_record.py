@@ -167,3 +167,19 @@ def test_firefunction_reads_its_list_with_its_record_reader():
     p = read_all_ways(SimpleNamespace(CallParser=ff.call_parser), body)
     assert (p.name, p.arguments) == ("f", {"a": 1})
     assert p.end == body.index(", {") + 1  # the comma is the call's: the next one follows
+
+
+def test_a_json_list_record_may_name_other_name_keys_and_an_id_key():
+    """`name_alt`: other keys read as the name; `id_key`: the model's own id, kept when it
+    comes before the name. Neither is written."""
+    fmt = CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", ",
+                     name_key="tool_name", name_alt=("name",), args_key="parameters",
+                     id_key="call_id")
+    eng = engine(fmt)
+    call = ToolCall("c0", "f", {"a": 1}, 0)
+    assert eng.write_call(call, 0) == '{"tool_name": "f", "parameters": {"a": 1}}'
+    body = '[{"call_id": "7", "name": "f", "parameters": {"a": 1}}]</calls> tail'
+    assert eng.match_opener(body, 0) == 2  # FULL: the id may come first
+    p = read_all_ways(SimpleNamespace(CallParser=eng.reader), body)
+    assert (p.name, p.arguments, p.call_id) == ("f", {"a": 1}, "7")
+    assert p.end == body.index(" tail")
