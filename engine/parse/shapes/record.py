@@ -55,9 +55,9 @@ class CallFormat:
     json_body: a tagged call's body may be a JSON arguments object instead of parameters.
     self_closing: a tagged call without parameters may end with its name's tag (`"/>`).
     name_key / args_key: a JSON call's keys; either order is read, `args_alt` too.
-    args_alt: other keys a reader takes for the arguments (`parameters`).
     name_alt: other keys a json-list reader takes for the name (Cohere's `name` beside
         `tool_name`): read, never written.
+    args_alt: other keys a reader takes for the arguments (`parameters`).
     id_key: a json-list call object's key for the model's own id (Cohere's `tool_call_id`):
         read and kept as the call's id when it comes before the name, never written.
     line_start: the call opener counts only at the start of a line (a bare `[` or `{`).
@@ -93,9 +93,9 @@ class CallFormat:
     json_body: bool = False
     self_closing: bool = False
     name_key: str = "name"
+    name_alt: tuple[str, ...] = ()
     args_key: str = "arguments"
     args_alt: tuple[str, ...] = ("parameters",)
-    name_alt: tuple[str, ...] = ()
     id_key: str = ""
     line_start: bool = False
     single: bool = False
