@@ -33,6 +33,8 @@ RECORDS = {
                             call_end="</fn>", sep="\n"),
     "json-object": CallFormat(JSON_OBJECT, call="<call>", call_end="</call>", sep="\n"),
     "json-list": CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", "),
+    "json-list-keyed": CallFormat(JSON_LIST, section="<calls>", section_end="</calls>",
+                                  sep=", ", keyed=True),
     "python-list": CallFormat(PYTHON_LIST, section="<py>", section_end="</py>", sep=", "),
     "name-json": CallFormat(NAME_JSON, section="<calls>", section_end="</calls>", call="<call>",
                             name_end="<args>", call_end="</call>", sep="\n"),
@@ -142,7 +144,7 @@ def test_a_record_is_frozen_data():
     assert REGISTRY["pythonic"].format.describe() == "python list (bare)"
 
 
-@pytest.mark.parametrize("module", ["functionary_v3_2", "gigachat3"])
+@pytest.mark.parametrize("module", ["functionary_v3_2", "gigachat3", "apertus"])
 def test_a_family_with_its_own_frame_writes_and_forces_calls_from_a_record(module):
     """Families whose record is not registered (their reader and frame are their own) still
     write and force each call exactly as their record's engine does."""
@@ -183,3 +185,18 @@ def test_a_json_list_record_may_name_other_name_keys_and_an_id_key():
     p = read_all_ways(SimpleNamespace(CallParser=eng.reader), body)
     assert (p.name, p.arguments, p.call_id) == ("f", {"a": 1}, "7")
     assert p.end == body.index(" tail")
+
+
+def test_a_keyed_json_list_record_reads_the_name_from_the_one_key():
+    """`keyed`: each object is `{NAME: ARGS}`; an object of two keys is no call."""
+    fmt = CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", ",
+                     keyed=True)
+    eng = engine(fmt)
+    assert eng.write_call(ToolCall("c0", "f", {"a": 1}, 0), 0) == '{"f": {"a": 1}}'
+    body = '[{"f": {"a": [1, "x"]}}, {"g": {}}]</calls>'
+    assert eng.match_opener(body, 0) == 2  # FULL
+    p = read_all_ways(SimpleNamespace(CallParser=eng.reader), body)
+    assert (p.name, p.arguments) == ("f", {"a": [1, "x"]})
+    assert p.end == body.index(", {") + 1  # the comma is the call's: the next one follows
+    p = read_all_ways(SimpleNamespace(CallParser=eng.reader), '[{"f": {}, "g": {}}]')
+    assert p.error == "not one call"
