@@ -1,8 +1,9 @@
 """Apertus (Swiss AI Apertus 8B / 70B Instruct): `<|inner_prefix|>` reasoning, calls as one JSON
 list of `{NAME: ARGS}` objects between `<|tools_prefix|>` and `<|tools_suffix|>`.
 
-Owns the family's markers, the reader of one call, its writer and its forced-call grammar. Run
-by whichever thread drives the parser.
+Owns the family's markers, its record (`FORMAT`, a json-list shape whose objects are `keyed`,
+engine/parse/shapes/json_list.py: the writer, forced-call grammar and opener test come from it)
+and the reader of one call. Run by whichever thread drives the parser.
 
     <|inner_prefix|>The user wants the weather.<|inner_suffix|>Checking.<|tools_prefix|>
     [{"get_weather": {"city": "Paris"}}, {"get_time": {"zone": "CET"}}]<|tools_suffix|>
@@ -27,12 +28,12 @@ after `<|inner_suffix|>`).
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, skip_ws
+from engine.parse.families.common import NONE, PREFIX
 from engine.parse.families.framed import MAX_NAME, FramedBody
-from engine.parse.families.registry import CallGrammar, Family, Writer, register
+from engine.parse.families.registry import Family, register
 from engine.parse.markers import Markers
+from engine.parse.shapes.build import engine, grammar_of, writer_of
+from engine.parse.shapes.record import JSON_LIST, CallFormat
 
 NAME = "apertus"
 INNER = "<|inner_prefix|>"
@@ -41,26 +42,22 @@ TOOLS = "<|tools_prefix|>"
 TOOLS_END = "<|tools_suffix|>"
 TURN_END = "<|assistant_end|>"
 
+# The calls' syntax as data: a json-list of `{NAME: ARGS}` objects (`keyed`) between the two
+# tokens. Its writer, forced-call grammar and opener test are the json-list shape's; the reader
+# is the family's own (it is stricter, and repairs `null` arguments).
+FORMAT = CallFormat(JSON_LIST, section=TOOLS, section_end=TOOLS_END, sep=", ", keyed=True)
 MARKERS = Markers(INNER, INNER_END, (TOOLS,))
 PRESERVED_TOKENS = (INNER, INNER_END, TOOLS, TOOLS_END)
 
 _LIST, _ELEM, _NAME, _NAME_TEXT, _COLON, _ARGS, _ELEM_END, _AFTER_ELEM, _SUFFIX = (
     range(9))
+# The list's punctuation, each after optional whitespace: a state's text and the next state.
+_PUNCT = {_LIST: ("[", _ELEM), _ELEM: ("{", _NAME), _NAME: ('"', _NAME_TEXT),
+          _COLON: (":", _ARGS), _ELEM_END: ("}", _AFTER_ELEM)}
 
 
-def match_opener(text: str, i: int) -> Match:
-    """After `<|tools_prefix|>`: `[`, then (after whitespace) `{`, then `"`."""
-    for ch in "[{":
-        if i >= len(text):
-            return PREFIX
-        if text[i] != ch:
-            return NONE
-        i = skip_ws(text, i + 1)
-        if i < 0:
-            return NONE
-    if i >= len(text):
-        return PREFIX
-    return FULL if text[i] == '"' else NONE
+# After `<|tools_prefix|>`: `[`, then (after whitespace) `{`, then `"`.
+match_opener = engine(FORMAT).match_opener
 
 
 class CallParser(FramedBody):
@@ -80,24 +77,11 @@ class CallParser(FramedBody):
     def _run(self, eof: bool) -> None:
         while not (self.done or self.error):
             st = self._st
-            if st == _LIST:
-                if not self._ws():
+            if st in _PUNCT:
+                lit, nxt = _PUNCT[st]
+                if not (self._ws() and self._expect(lit)):
                     return
-                if not self._expect("["):
-                    return
-                self._st = _ELEM
-            elif st == _ELEM:
-                if not self._ws():
-                    return
-                if not self._expect("{"):
-                    return
-                self._st = _NAME
-            elif st == _NAME:
-                if not self._ws():
-                    return
-                if not self._expect('"'):
-                    return
-                self._st = _NAME_TEXT
+                self._st = nxt
             elif st == _NAME_TEXT:
                 name = self._until('"', MAX_NAME)
                 if not name:
@@ -107,12 +91,6 @@ class CallParser(FramedBody):
                     return
                 self._start(name)
                 self._st = _COLON
-            elif st == _COLON:
-                if not self._ws():
-                    return
-                if not self._expect(":"):
-                    return
-                self._st = _ARGS
             elif st == _ARGS:
                 if self._json is None:
                     if not self._ws():
@@ -132,12 +110,6 @@ class CallParser(FramedBody):
                 if not self._args(eof):
                     return
                 self._st = _ELEM_END
-            elif st == _ELEM_END:
-                if not self._ws():
-                    return
-                if not self._expect("}"):
-                    return
-                self._st = _AFTER_ELEM
             elif st == _AFTER_ELEM:  # `,` (another element follows) or `]`
                 if not self._ws():
                     return
@@ -156,25 +128,14 @@ class CallParser(FramedBody):
                 return
 
 
-__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
-
-
-def _write_call(call, index: int) -> str:
-    return "{" + json.dumps(call.name) + ": " + json.dumps(call.arguments, ensure_ascii=False) + "}"
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer): one list element."""
-    return f"{w.seq('{' + json.dumps(fn['name']) + ': ')} {w.args(i, fn)} {w.seq('}')}"
+__all__ = ["FORMAT", "MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 
 FAMILY = register(Family(
     name=NAME, models="Apertus 8B / 70B Instruct", markers=MARKERS, match_opener=match_opener,
     call_parser=CallParser,
-    writer=Writer(_write_call, reasoning_open=INNER, reasoning_close=INNER_END,
-                  calls_open=TOOLS + "[", calls_sep=", ", calls_close="]" + TOOLS_END,
-                  before_calls=""),
+    writer=writer_of(FORMAT, reasoning_open=INNER, reasoning_close=INNER_END, before_calls=""),
     detect=(TOOLS, INNER), stops=(TURN_END,), never_stops=(TOOLS_END, INNER_END),
     preserved_tokens=PRESERVED_TOKENS, thinking=False, pack=NAME,
-    grammar=CallGrammar(_grammar_call, open=TOOLS + "[", sep=", ", close="]" + TOOLS_END),
+    grammar=grammar_of(FORMAT),
 ))

@@ -1,7 +1,8 @@
 """Command R7B, Command A and Cohere2 (Cohere's special-token format): `<|START_THINKING|>`
 reasoning, calls as a JSON list in `<|START_ACTION|>`, the answer in `<|START_RESPONSE|>`.
 
-Owns the family's markers, the reader of one call and its writer. Run by whichever thread
+Owns the family's markers, its record (`FORMAT`, a json-list shape, whose reader,
+engine/parse/shapes/json_list.py, reads its calls) and its writer. Run by whichever thread
 drives the parser.
 
     <|START_THINKING|>I need the weather.<|END_THINKING|><|START_ACTION|>[
@@ -9,7 +10,7 @@ drives the parser.
     ]<|END_ACTION|>
     <|START_THINKING|>Simple.<|END_THINKING|><|START_RESPONSE|>Hello!<|END_RESPONSE|>
 
-Each object of the action's list is its own call (engine/parse/families/json_calls.py), the
+Each object of the action's list is its own call (engine/parse/shapes/json_list.py), the
 last one consuming `]<|END_ACTION|>`. Cohere2's templates (Cohere2MoE.jinja) write the answer
 in `<|START_TEXT|>…<|END_TEXT|>` instead: both pairs are markup, never text. The turn ends with
 `<|END_OF_TURN_TOKEN|>`. Cohere2's generation prompt opens `<|START_THINKING|>` for the model
@@ -41,7 +42,8 @@ from dataclasses import dataclass
 from engine.parse.families.common import Match
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
-from engine.parse.shapes.json_list import CallList, Element, list_opener
+from engine.parse.shapes.json_list import list_opener, list_reader
+from engine.parse.shapes.record import JSON_LIST, CallFormat
 
 NAME = "command-r7b"
 THINK = "<|START_THINKING|>"
@@ -65,20 +67,16 @@ def match_opener(text: str, i: int) -> Match:
     return list_opener(text, i, KEYS)
 
 
-class CallElement(Element):
-    """One object of the action's list: `tool_name`, `parameters`, `tool_call_id`."""
-
-    names = ("tool_name", "name")
-    args = ("parameters", "arguments")
-    ids = ("tool_call_id",)
-
-
-class CallParser(CallList):
-    element = CallElement
-    closers = (ACTION_END,)
+# What the reader reads, as data: a list (or a lone object) of `tool_name` / `parameters`
+# objects, `name` / `arguments` too, the model's `tool_call_id` kept. The writer is the
+# family's own (the template numbers the calls and indents the list).
+FORMAT = CallFormat(JSON_LIST, section=ACTION, section_end=ACTION_END, sep=", ",
+                    name_key="tool_name", name_alt=("name",), args_key="parameters",
+                    args_alt=("arguments",), id_key="tool_call_id", single=True)
+CallParser = list_reader(FORMAT)
 
 
-__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallElement", "CallParser", "match_opener"]
+__all__ = ["FORMAT", "MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 
 @dataclass(frozen=True, slots=True)

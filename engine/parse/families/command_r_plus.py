@@ -1,8 +1,9 @@
 """Command R+ and Command R (Cohere's tool-use template of 2024): no reasoning; calls are an
 `Action:` line followed by a fenced JSON list of `{"tool_name", "parameters"}`.
 
-Owns the family's markers, the reader of one call and its writer. Run by whichever thread
-drives the parser.
+Owns the family's markers, its record (`FORMAT`, a json-list shape, whose reader,
+engine/parse/shapes/json_list.py, reads its list after the fence) and its writer. Run by
+whichever thread drives the parser.
 
     Let me look that up.
     Action:
@@ -17,7 +18,7 @@ drives the parser.
 `Action:` opens a call only at the start of a line, and only when the fence (```` ```json ````
 or a bare ```` ``` ````, or no fence) and a list whose first object begins with `"tool_name"`
 follow: an `Action:` in prose stays text. Each object of the list is its own call
-(engine/parse/families/json_calls.py); the last one consumes `]` and the closing fence. The
+(engine/parse/shapes/json_list.py); the last one consumes `]` and the closing fence. The
 turn ends with `<|END_OF_TURN_TOKEN|>`. The tool-use template tells the model to call
 `directly-answer` when no tool is needed; that is a call like any other (an `unknown_tool`
 unless the client declared it): answering then takes Cohere's second, grounded prompt, which
@@ -40,11 +41,11 @@ from __future__ import annotations
 import json
 import re
 
-from engine.parse.families.command_r7b import CallElement
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
-from engine.parse.shapes.json_list import CallList, list_opener
+from engine.parse.shapes.json_list import list_opener, list_reader
+from engine.parse.shapes.record import JSON_LIST, CallFormat
 
 NAME = "command-r-plus"
 ACTION = "Action:"
@@ -82,9 +83,15 @@ def match_opener(text: str, i: int) -> Match:
     return list_opener(text, j, KEYS)
 
 
-class CallParser(CallList):
-    element = CallElement
+# What the reader reads, as data: after `Action:` (and the fence, the family's own), a list (or
+# a lone object) of `tool_name` / `parameters` objects, `name` / `arguments` too, a model's
+# `tool_call_id` kept. The writer is the family's own (the template indents the list).
+FORMAT = CallFormat(JSON_LIST, section=ACTION, sep=", ", name_key="tool_name",
+                    name_alt=("name",), args_key="parameters", args_alt=("arguments",),
+                    id_key="tool_call_id", single=True)
 
+
+class CallParser(list_reader(FORMAT)):
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
         self._fenced: bool | None = None  # undecided until the text after `Action:` shows it

@@ -1,9 +1,10 @@
 """FireFunction v2 (Fireworks' Llama 3 tool model): no reasoning; calls as one JSON list after
 ` functools`.
 
-Owns the family's markers, its record (`FORMAT`, a json-list shape after ` functools`: the
-writer and forced-call grammar come from it) and its reader of the list. Run by whichever
-thread drives the parser.
+Owns the family's markers and its record (`FORMAT`, a json-list shape after ` functools`,
+engine/parse/shapes/json_list.py: the reader, writer and forced-call grammar come from it; the
+opener holds the list's `[`, so the reader starts at its first object). Run by whichever thread
+drives the parser.
 
     Checking. functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, {...}]
 
@@ -33,20 +34,19 @@ from __future__ import annotations
 
 from engine.parse.families import hermes_json
 from engine.parse.families.common import Match
-from engine.parse.families.framed import FramedBody
 from engine.parse.families.registry import Family, register
 from engine.parse.markers import Markers
 from engine.parse.shapes.build import grammar_of, writer_of
+from engine.parse.shapes.json_list import list_reader
 from engine.parse.shapes.record import JSON_LIST, CallFormat
 
 NAME = "firefunction"
 CALLS = " functools["
 CALLS_BARE = "functools["
 
+FORMAT = CallFormat(JSON_LIST, section=" functools", sep=", ")
 MARKERS = Markers(None, None, (CALLS, CALLS_BARE))
 PRESERVED_TOKENS = (CALLS,)
-
-_ELEM, _AFTER = range(2)
 
 
 def match_opener(text: str, i: int) -> Match:
@@ -54,59 +54,14 @@ def match_opener(text: str, i: int) -> Match:
     return hermes_json.match_opener(text, i)
 
 
-class _Element(hermes_json.CallParser):
-    """One object of the list, done at its closing brace: what follows it is the list's (a
-    reader that looked past the brace for `</tool_call>`, as Hermes' does, could end before
-    text already handed over, and the end would depend on the chunking)."""
+class CallParser(list_reader(FORMAT)):
+    """The record's list reader, started after the opener's `[` (each element is its own call:
+    `follow` hands the next one to the parser)."""
 
-    def _finish_object(self) -> None:
-        super()._finish_object()
-        if not self.error:
-            self.done, self.end = True, self._pos
+    opened = True
 
 
-class CallParser(FramedBody):
-    """One element of the list; then `,` (another follows: `follow`) or `]` (the list ends)."""
-
-    def __init__(self, schemas: dict, stream: bool) -> None:
-        super().__init__(schemas, stream)
-        self._st = _ELEM
-        self._more = False
-
-    def follow(self) -> CallParser | None:
-        """The reader of the list's next element, when a `,` followed this one."""
-        return CallParser(self.schemas, self.stream) if self._more else None
-
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            if self._st == _ELEM:
-                if self._json is None:
-                    if not self._ws():
-                        return
-                    self._json = _Element(self.schemas, self.stream)
-                    self._json_at = self._pos
-                if not self._sub(eof):
-                    return
-                self._st = _AFTER
-            else:  # after an element: `,` or `]`, else the list ends before the whitespace
-                if self._close_at < 0:
-                    self._close_at = self._pos
-                if not self._ws() and not eof:
-                    return
-                b = self._buf
-                if b and b[0] in ",]":
-                    self._more = b[0] == ","
-                    self._eat(1)
-                    self.done, self.end = True, self._pos
-                else:
-                    self.done, self.end = True, self._close_at
-                return
-
-
-__all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
-
-
-FORMAT = CallFormat(JSON_LIST, section=" functools", sep=", ")
+__all__ = ["FORMAT", "MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 
 FAMILY = register(Family(

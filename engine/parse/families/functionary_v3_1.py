@@ -42,20 +42,12 @@ from __future__ import annotations
 
 import json
 
-from engine.parse.families.common import (
-    FULL,
-    NONE,
-    PREFIX,
-    WS,
-    Match,
-    escape_fragment,
-    match_literal,
-    skip_ws,
-)
-from engine.parse.families.framed import FramedBody, name_at
+from engine.parse.families.common import FULL, PREFIX, WS, Match, escape_fragment
+from engine.parse.families.framed import FramedBody
 from engine.parse.families.registry import Family, Writer, register
 from engine.parse.markers import Markers
 from engine.parse.shapes.build import engine, grammar_of
+from engine.parse.shapes.name_json import args_opener
 from engine.parse.shapes.record import NAME_JSON, CallFormat
 
 NAME = "functionary-v3.1"
@@ -88,18 +80,7 @@ def match_opener(text: str, i: int) -> Match:
     before i): anything, code or JSON."""
     if _after_python_tag(text, i):
         return FULL if i < len(text) else PREFIX
-    m, j = name_at(text, i, _NAME_CHARS)
-    if m != FULL:
-        return m
-    m = match_literal(text, j, ">")
-    if m != FULL:
-        return m
-    k = skip_ws(text, j + 1)
-    if k < 0:
-        return NONE
-    if k == len(text):
-        return PREFIX
-    return FULL if text[k] == "{" else NONE
+    return args_opener(text, i, _NAME_CHARS, ">")
 
 
 class CodeBody(FramedBody):

@@ -1,8 +1,9 @@
 """Functionary v3.2 (MeetKai, on Llama 3): no reasoning; each message of a reply names its
 recipient after `>>>`: `all` for the answer, a tool's name for a call with JSON arguments.
 
-Owns the family's markers, the reader of one call and its writer. Run by whichever thread
-drives the parser.
+Owns the family's markers, the reader of one call, its answer's writer and its record
+(`FORMAT`, a name-json shape, engine/parse/shapes/name_json.py, whose writer and forced-call
+grammar its calls use). Run by whichever thread drives the parser.
 
     all
     Let me check.>>>get_weather
@@ -32,14 +33,15 @@ Detected by `>>>all` (as llama.cpp detects it), superseding llama3-json (its Lla
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, skip_ws
-from engine.parse.families.framed import name_at
+from engine.parse.families.common import Match
 from engine.parse.families.functionary_v3_1 import CodeBody
-from engine.parse.families.registry import CallGrammar, Family, Writer, register
+from engine.parse.families.registry import Family, Writer, register
 from engine.parse.markers import Markers
+from engine.parse.shapes.build import engine, grammar_of
+from engine.parse.shapes.name_json import args_opener
+from engine.parse.shapes.record import NAME_JSON, CallFormat
 
 NAME = "functionary-v3.2"
 CALL = ">>>"
@@ -48,6 +50,9 @@ ANSWER_TAG = CALL + ANSWER + "\n"
 PYTHON = "python"
 _NAME_CHARS = "_-."
 
+# The calls' syntax as data, for the writer and the forced-call grammar: `NAME\n{ARGS}`, joined
+# by `>>>` (the prompt ends with the first one, so a reply's first call starts with its name).
+FORMAT = CallFormat(NAME_JSON, name_end="\n", sep=CALL)
 MARKERS = Markers(None, None, (CALL,), markup=(ANSWER_TAG,), opened=CALL)
 # `>>>` and the recipients are plain text in Llama 3's vocabulary: no special token to keep.
 PRESERVED_TOKENS: tuple[str, ...] = ()
@@ -58,17 +63,7 @@ _NAME, _NL, _BODY, _ARGS, _TRAIL, _CODE = range(6)
 def match_opener(text: str, i: int) -> Match:
     """A recipient other than `all`, a newline, whitespace, then `{` (or, for `python`,
     anything: its code)."""
-    m, j = name_at(text, i, _NAME_CHARS)
-    if m != FULL:
-        return m
-    if text[j] != "\n" or text[i:j] == ANSWER:
-        return NONE
-    k = skip_ws(text, j + 1)
-    if k < 0:
-        return NONE
-    if k == len(text):
-        return PREFIX
-    return FULL if text[k] == "{" or text[i:j] == PYTHON else NONE
+    return args_opener(text, i, _NAME_CHARS, "\n", answer=ANSWER, code=PYTHON)
 
 
 class CallParser(CodeBody):
@@ -125,21 +120,12 @@ class _Writer(Writer):
         return self.answer_open + text
 
 
-def _write_call(call, index: int) -> str:
-    return f"{call.name}\n{json.dumps(call.arguments, ensure_ascii=False)}"
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer); the prompt ends with
-    `>>>`, so the first call starts with its name."""
-    return f"{w.seq(fn['name'] + chr(10))} {w.args(i, fn)}"
-
-
 FAMILY = register(Family(
     name=NAME, models="Functionary v3.2 (small, medium; Llama 3)", markers=MARKERS,
     match_opener=match_opener, call_parser=CallParser,
-    writer=_Writer(_write_call, answer_open=ANSWER + "\n", calls_sep=CALL, before_calls=CALL),
+    writer=_Writer(engine(FORMAT).write_call, answer_open=ANSWER + "\n", calls_sep=CALL,
+                   before_calls=CALL),
     detect=(">>>all",), supersedes=("llama3-json",), stops=("<|eot_id|>", "<|eom_id|>"),
     preserved_tokens=PRESERVED_TOKENS, thinking=False, pack=NAME, repairs_history=False,
-    grammar=CallGrammar(_grammar_call, sep=CALL), tag_forms=(">>>",),
+    grammar=grammar_of(FORMAT), tag_forms=(">>>",),
 ))

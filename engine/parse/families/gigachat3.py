@@ -2,7 +2,8 @@
 `function call` message of its own after the assistant's.
 
 Owns the family's markers and the reader of one call, shared with GigaChat 3.1
-(engine/parse/families/gigachat3_1.py), and GigaChat 3's writer and forced-call grammar. Run by
+(engine/parse/families/gigachat3_1.py), and GigaChat 3's record (`FORMAT`, a json-object shape,
+engine/parse/shapes/json_object.py, whose writer and forced-call grammar its calls use). Run by
 whichever thread drives the parser.
 
 Every message is `ROLE<|role_sep|>\\nTEXT<|message_sep|>\\n\\n`; the prompt ends with
@@ -33,11 +34,11 @@ template and GigaChat 3.1 stop on it).
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families import hermes_json
-from engine.parse.families.registry import CallGrammar, Family, Writer, register
+from engine.parse.families.registry import Family, register
 from engine.parse.markers import Markers
+from engine.parse.shapes.build import grammar_of, writer_of
+from engine.parse.shapes.record import JSON_OBJECT, CallFormat
 
 NAME = "gigachat3"
 ROLE_SEP = "<|role_sep|>"
@@ -65,30 +66,17 @@ class CallParser(hermes_json.CallParser):
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 
-def _body(name: str, arguments) -> str:
-    """The call's JSON object as the templates write it."""
-    return ('{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
-            + json.dumps(arguments, ensure_ascii=False) + "}")
-
-
-def _write_call(call, index: int) -> str:
-    return f"{CALL_ROLE}\n{_body(call.name, call.arguments)}"
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer): the answer's message
-    ends (empty), a `function call` message holds the call."""
-    head = MESSAGE_SEP + "\n\n" + CALL_ROLE + '\n{"name": ' + json.dumps(fn["name"]) + \
-        ', "arguments": '
-    return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
+# The calls' syntax as data, for the writer and the forced-call grammar: the answer's message
+# ends, and a `function call` message holds the call object.
+FORMAT = CallFormat(JSON_OBJECT, section=MESSAGE_SEP + "\n\n", call=CALL_ROLE + "\n",
+                    sep=MESSAGE_SEP + "\n\n")
 
 
 FAMILY = register(Family(
     name=NAME, models="GigaChat 3 (GigaChat3-10B-A1.8B)", markers=MARKERS,
     match_opener=match_opener, call_parser=CallParser,
-    writer=Writer(_write_call, calls_open=MESSAGE_SEP + "\n\n", calls_sep=MESSAGE_SEP + "\n\n",
-                  before_calls=""),
+    writer=writer_of(FORMAT, before_calls=""),
     detect=(ROLE_SEP,), stops=(EOS,), never_stops=(MESSAGE_SEP,),
     preserved_tokens=PRESERVED_TOKENS, thinking=False, pack=NAME,
-    grammar=CallGrammar(_grammar_call, several=False),
+    grammar=grammar_of(FORMAT, several=False),
 ))

@@ -46,17 +46,19 @@ from engine.parse.shapes.tagged import NAME_CHARS
 
 NAME = "hunyuan3"
 SUFFIX = ":opensource"
-THINK_OPEN = f"<think{SUFFIX}>"
-THINK_CLOSE = f"</think{SUFFIX}>"
-SECTION = f"<tool_calls{SUFFIX}>"
-SECTION_END = f"</tool_calls{SUFFIX}>"
-CALL = f"<tool_call{SUFFIX}>"
-CALL_END = f"</tool_call{SUFFIX}>"
-SEP = f"<tool_sep{SUFFIX}>"
-KEY = f"<arg_key{SUFFIX}>"
-KEY_END = f"</arg_key{SUFFIX}>"
-VALUE = f"<arg_value{SUFFIX}>"
-VALUE_END = f"</arg_value{SUFFIX}>"
+
+
+def _tags(tag: str) -> tuple[str, str]:
+    """The opening and closing tag `tag`, with the checkpoint's suffix."""
+    return f"<{tag}{SUFFIX}>", f"</{tag}{SUFFIX}>"
+
+
+THINK_OPEN, THINK_CLOSE = _tags("think")
+SECTION, SECTION_END = _tags("tool_calls")
+CALL, CALL_END = _tags("tool_call")
+SEP = _tags("tool_sep")[0]
+KEY, KEY_END = _tags("arg_key")
+VALUE, VALUE_END = _tags("arg_value")
 EOS = f"<｜hy_eos{SUFFIX}｜>"
 _NO_SEP = "missing <tool_sep>"  # the repair, as `repaired_call` names it
 

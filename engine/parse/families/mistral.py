@@ -1,8 +1,9 @@
 """Mistral (Mistral Small 3.x, Magistral, Devstral): `[THINK]` reasoning and `[TOOL_CALLS]`.
 
 Owns the family's record (a name-json `CallFormat`, engine/parse/shapes/name_json.py: the
-newer form read, written and forced) and its one addition to that reader, the older list. Run
-by whichever thread drives the parser.
+newer form read, written and forced) and its one addition to that reader, the older list (a
+json-list record, `OLDER`, read by engine/parse/shapes/json_list.py's reader). Run by whichever
+thread drives the parser.
 
     [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}             (tokenizer v11 and later)
     [TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{...}      (with a call id)
@@ -14,18 +15,18 @@ call (each element is its own call, `follow` hands the next one to the parser).
 Choices where the other servers differ: the older list's elements may also name their
 arguments `parameters` (as Hermes JSON reads them), and write them before the name
 (`{"arguments": …, "name": …}`: the call streams whole once the name is known); `[CALL_ID]`'s
-id is not kept (Prism numbers its calls); the answer after a call is text (vLLM drops what
-follows a `[TOOL_CALLS]` list).
+id is kept as the call's (Prism numbers a call without one: nine alphanumerics, which the
+templates accept back); the answer after a call is text (vLLM drops what follows a
+`[TOOL_CALLS]` list).
 """
 
 from __future__ import annotations
 
-from engine.parse.families import hermes_json
-from engine.parse.families.common import NONE, PREFIX, Match, skip_ws
+from engine.parse.families.common import Match
 from engine.parse.families.registry import register
+from engine.parse.shapes import json_list
 from engine.parse.shapes.build import engine, shape_family
-from engine.parse.shapes.json_list import object_opener
-from engine.parse.shapes.record import NAME_JSON, CallFormat
+from engine.parse.shapes.record import JSON_LIST, NAME_JSON, CallFormat
 
 NAME = "mistral"
 THINK = "[THINK]"
@@ -35,77 +36,54 @@ ARGS = "[ARGS]"
 CALL_ID = "[CALL_ID]"
 
 FORMAT = CallFormat(NAME_JSON, call=CALLS, name_end=ARGS, id_tag=CALL_ID)
+# The older list, read never written: a json-list record, its `[` read by the record's reader.
+OLDER = CallFormat(JSON_LIST, section=CALLS, sep=", ")
 PRESERVED_TOKENS = (THINK, THINK_END, CALLS, ARGS, CALL_ID)
 
-_KEYS = ("name", "arguments", "parameters")
+
+class _OlderList(json_list.list_reader(OLDER)):
+    opened = True
 
 
 def _list_opener(record_test):
-    """The record's opener test, and the older list: its first object begins with "name" or
-    "arguments" (either order: `{"arguments": …, "name": …}` too)."""
+    """The record's opener test, and the older list's: its first object begins with "name",
+    "arguments" or "parameters" (either order: `{"arguments": …, "name": …}` too)."""
+    older_test = json_list.opener_test(OLDER)
 
     def match_opener(text: str, i: int) -> Match:
         if i < len(text) and text[i] == "[":
-            j = skip_ws(text, i + 1)
-            if j < 0:
-                return NONE
-            return PREFIX if j == len(text) else object_opener(text, j, _KEYS)
+            return older_test(text, i)
         return record_test(text, i)
 
     return match_opener
 
 
 def _with_list(record_reader: type) -> type:
-    """The record's reader, and the older list read element by element (`follow` hands the
-    parser the next one)."""
+    """The record's reader, and the older list, read by the json-list shape's reader one
+    element at a time (`follow` hands the parser the next one)."""
 
     class CallParser(record_reader):
         def __init__(self, schemas: dict, stream: bool) -> None:
             super().__init__(schemas, stream)
-            self._list = 0  # 0: not yet known; 1: the record's form; 2: a list element; 3: after
-            self._more = False  # a list element followed: the next call continues the list
+            self._list: bool | None = None  # None: not yet known; True: the older list
 
-        def follow(self) -> CallParser | None:
+        def follow(self) -> json_list.CallList | None:
             """The reader of the list's next element, when one follows this call."""
-            if not self._more:
-                return None
-            nxt = CallParser(self.schemas, self.stream)
-            nxt._list = 2
-            return nxt
+            return self._json.follow() if self._list else None
 
         def _run(self, eof: bool) -> None:
-            if self._list == 0:
+            if self._list is None:
                 if not self._ws():
                     return
-                if self._buf[0] == "[":
+                self._list = self._buf[0] == "["
+                if self._list:
                     self._eat(1)
-                    self._list = 2
-                else:
-                    self._list = 1
-            if self._list == 1:
-                super()._run(eof)
-                return
-            if self._list == 2:
-                if self._json is None:
-                    if not self._ws():
-                        return
-                    self._json = hermes_json.CallParser(self.schemas, self.stream)
+                    self._json = _OlderList(self.schemas, self.stream)
                     self._json_at = self._pos
-                if not self._sub(eof):
-                    return
-                self._list = 3
-            # After a list element: `,` (another follows) or `]`, else the list ends.
-            if self._close_at < 0:
-                self._close_at = self._pos
-            if not self._ws() and not eof:
-                return
-            b = self._buf
-            if b and b[0] in ",]":
-                self._more = b[0] == ","
-                self._eat(1)
+            if not self._list:
+                super()._run(eof)
+            elif self._sub(eof):
                 self.done, self.end = True, self._pos
-            else:
-                self.done, self.end = True, self._close_at
 
     return CallParser
 

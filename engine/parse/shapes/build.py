@@ -2,7 +2,8 @@
 
 Owns `Engine` (what a shape engine makes of a record) and `engine` (the dispatch on the
 record's shape), `writer_of` and `grammar_of` (the writer and grammar alone, for a family that
-keeps a reader of its own: MiniMax-M1's section, FireFunction's list, GigaChat 3.1), and
+keeps a reader of its own: MiniMax-M1's section, GigaChat 3 and 3.1, Functionary v3.2,
+Apertus), and
 `shape_family`, the `Family` record of a family whose calls are a record:
 its markers, opener test, reader, writer and grammar all come from the one record, so a family
 module is its record, its docstring and only what is truly its own. Built once at import; the

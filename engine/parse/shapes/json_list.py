@@ -1,6 +1,7 @@
 """The json-list shape: calls written as a JSON list of objects, one call per object; the reader
 the Command R7B, Command R+, Apriel and `json-list` formats share, and the writer and forced-call
-grammar of a list from one `CallFormat`.
+grammar of a list from one `CallFormat`. FireFunction's list and Mistral's older one are read by
+it too.
 
 Owns `Element`, the Hermes JSON scanner (engine/parse/families/hermes_json.py) reading one call
 object whose keys its family names (the name's: `name`, Cohere's `tool_name`; the
@@ -45,7 +46,8 @@ NO_CLOSE = "no ]"  # the repair of a list whose `]` never came (repaired_call's 
 
 
 def object_opener(text: str, i: int, keys: tuple[str, ...]) -> Match:
-    """`{`, optional whitespace, then one of `keys` as a JSON string."""
+    """`{`, optional whitespace, then one of `keys` as a JSON string (no `keys`: any key, a
+    keyed call object's name)."""
     if i >= len(text):
         return PREFIX
     if text[i] != "{":
@@ -53,6 +55,8 @@ def object_opener(text: str, i: int, keys: tuple[str, ...]) -> Match:
     j = skip_ws(text, i + 1)
     if j < 0:
         return NONE
+    if not keys:
+        return match_literal(text, j, '"')
     best = NONE
     for key in keys:
         best = max(best, match_literal(text, j, json.dumps(key)))
@@ -76,6 +80,7 @@ class Element(hermes_json.CallParser):
     names: tuple[str, ...] = ("name",)  # keys that hold the call's name, preferred first
     args: tuple[str, ...] = ("arguments",)  # keys that hold its arguments, preferred first
     ids: tuple[str, ...] = ()  # keys that hold the model's own id
+    keyed: bool = False  # the object is `{NAME: ARGS}`: its one key is the call's name
     seen: frozenset[str] = frozenset()  # ids the earlier objects of the list kept
 
     def _string_char(self, ch: str) -> None:
@@ -84,7 +89,16 @@ class Element(hermes_json.CallParser):
         if not closing or self._in_str or len(self._stack) != 1:
             return
         top = self._stack[-1]
-        if self._string_is_key:
+        if self._string_is_key and self.keyed:
+            # The first key is the name: it starts the call, and its value streams as the
+            # arguments (a second key is no call, `_finish_object` says).
+            if self.name is None and top.key:
+                self.name = top.key
+                top.key = "arguments"
+                if self.stream:
+                    self._started = True
+                    self.out.append(("start", self.name, self._pos))
+        elif self._string_is_key:
             # A key of the call object just closed: name it as the scanner knows it, so the
             # name starts the call and the arguments stream (hermes_json reads `name` and
             # `arguments`).
@@ -108,11 +122,17 @@ class Element(hermes_json.CallParser):
         if not isinstance(obj, dict):
             self.error = "not an object"
             return
-        name = next((obj[k] for k in self.names if k in obj), None)
+        if self.keyed:
+            if len(obj) != 1:
+                self.error = "not one call"
+                return
+            ((name, args),) = obj.items()
+        else:
+            name = next((obj[k] for k in self.names if k in obj), None)
+            args = next((obj[k] for k in self.args if k in obj), {})
         if not isinstance(name, str) or not name:
             self.error = "no name"
             return
-        args = next((obj[k] for k in self.args if k in obj), {})
         if isinstance(args, str):
             try:
                 args = json.loads(args, strict=False) if args.strip() else {}
@@ -145,17 +165,20 @@ class CallList(FramedBody):
         consumed with the last call; anything else ends the call before that whitespace.
     repair_close: a closer or text right after an object of the list (no `]`) ends the list,
         a repair (`no ]`); the closer is consumed.
+    opened: the list's `[` was read before the body (FireFunction's opener holds it): the
+        reader starts at the first object.
     """
 
     element: type[Element] = Element
     single: bool = True
     closers: tuple[str, ...] = ()
     repair_close: bool = False
+    opened: bool = False
 
     def __init__(self, schemas: dict, stream: bool) -> None:
         super().__init__(schemas, stream)
-        self._st = _BEGIN
-        self._listed = False  # inside `[ ]`
+        self._st = _ELEM if self.opened else _BEGIN
+        self._listed = self.opened  # inside `[ ]`
         self._more = False  # a comma followed: the next object is the next call
         self._seen: frozenset[str] = frozenset()
 
@@ -258,13 +281,20 @@ class CallList(FramedBody):
 
 
 def _keys(fmt: CallFormat) -> tuple[str, ...]:
-    return (fmt.name_key, fmt.args_key, *fmt.args_alt)
+    """The keys a call object may begin with: its id's, its name's, its arguments' (a keyed
+    object's: any, its name)."""
+    if fmt.keyed:
+        return ()
+    return (*((fmt.id_key,) if fmt.id_key else ()), fmt.name_key, *fmt.name_alt, fmt.args_key,
+            *fmt.args_alt)
 
 
 def list_reader(fmt: CallFormat) -> type[CallList]:
-    """The reader of `fmt`'s list, one call at a time (a list is required, `[` first)."""
+    """The reader of `fmt`'s list, one call at a time (a list is required, `[` first, unless
+    the record is `single`)."""
     element = type("Element", (Element,), {
-        "names": (fmt.name_key,), "args": (fmt.args_key, *fmt.args_alt)})
+        "names": (fmt.name_key, *fmt.name_alt), "args": (fmt.args_key, *fmt.args_alt),
+        "ids": (fmt.id_key,) if fmt.id_key else (), "keyed": fmt.keyed})
     closers = tuple(dict.fromkeys(s for f in fmt.spellings if (s := f.section_end.strip())))
     return type("CallParser", (CallList,), {"element": element, "single": fmt.single,
                                              "closers": closers,
@@ -289,6 +319,9 @@ def write_call(fmt: CallFormat):
     """The writer of one call object (the brackets are the list's frame, `frame`)."""
 
     def write(call, index: int) -> str:
+        if fmt.keyed:
+            return "{" + json.dumps(call.name) + ": " \
+                + json.dumps(call.arguments, ensure_ascii=False) + "}"
         return json.dumps({fmt.name_key: call.name, fmt.args_key: call.arguments},
                           ensure_ascii=False)
 
@@ -299,8 +332,12 @@ def grammar_call(fmt: CallFormat):
     """One call object as GBNF (`w`: engine/grammar's Writer, which bounds the schemas)."""
 
     def call(w, i: int, fn: dict) -> str:
-        head = "{" + json.dumps(fmt.name_key) + ": " + json.dumps(fn["name"]) + ", " \
-            + json.dumps(fmt.args_key) + ": "
+        name = json.dumps(fn["name"])
+        if fmt.keyed:
+            head = "{" + name + ": "
+        else:
+            head = "{" + json.dumps(fmt.name_key) + ": " + name + ", " \
+                + json.dumps(fmt.args_key) + ": "
         return f"{w.seq(head)} {w.args(i, fn)} {w.seq('}')}"
 
     return call

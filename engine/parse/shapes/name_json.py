@@ -2,7 +2,8 @@
 writer and forced-call grammar from one `CallFormat`.
 
 Owns `NameJsonCall` (the reader, configured by class attributes made from a record),
-`name_json_reader`, `openers`, `opener_test`, `name_of`, `write_call` and `grammar_call`. Run by
+`name_json_reader`, `openers`, `opener_test`, `args_opener` (the opener test of a call whose
+arguments must follow its name), `name_of`, `write_call` and `grammar_call`. Run by
 whichever thread drives the parser (the grammar on the service's thread).
 
     <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>              (DeepSeek V3.1)
@@ -268,6 +269,28 @@ def opener_test(fmt: CallFormat):
     return match_opener
 
 
+def args_opener(text: str, i: int, chars: str, name_end: str, *, answer: str = "",
+                code: str = "") -> Match:
+    """The opener test of a call whose arguments must follow its name (Functionary's, where a
+    name alone is no call): a name (word characters and `chars`; not `answer`), `name_end`,
+    whitespace, then `{` (or, after the name `code`, anything: its code)."""
+    m, j = name_at(text, i, chars)
+    if m != FULL:
+        return m
+    m = match_literal(text, j, name_end)
+    if m != FULL:
+        return m
+    word = text[i:j]
+    if word == answer:
+        return NONE
+    k = skip_ws(text, j + len(name_end))
+    if k < 0:
+        return NONE
+    if k == len(text):
+        return PREFIX
+    return FULL if text[k] == "{" or word == code else NONE
+
+
 def write_call(fmt: CallFormat):
     """The writer of one call in `fmt` (registry.Writer's `call`): the call's own id where it
     is the name written as the record writes it (Kimi's `functions.NAME:IDX`), else the name
@@ -300,5 +323,5 @@ def grammar_call(fmt: CallFormat):
     return call
 
 
-__all__ = ["NAME_CHARS", "NameJsonCall", "grammar_call", "name_json_reader", "name_of",
-           "opener_test", "openers", "write_call"]
+__all__ = ["NAME_CHARS", "NameJsonCall", "args_opener", "grammar_call", "name_json_reader",
+           "name_of", "opener_test", "openers", "write_call"]

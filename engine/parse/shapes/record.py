@@ -15,7 +15,8 @@ The layout each shape writes (NAME, KEY, VALUE, ARGS: the call's; `[…]` repeat
   other JSON (or DSML's `string="true|false"` says which: `string_attr`).
 - `json-object`: `section` [`call` {`name_key`: NAME, `args_key`: ARGS} `call_end`]… joined by
   `sep`, `section_end`.
-- `json-list`: `section` `[`{`name_key`: NAME, `args_key`: ARGS}, …`]` `section_end`.
+- `json-list`: `section` `[`{`name_key`: NAME, `args_key`: ARGS}, …`]` `section_end` (with
+  `keyed`, each object `{NAME: ARGS}`).
 - `python-list`: `section` `[`NAME(KEY=VALUE, …), …`]` `section_end`, values Python literals.
 - `name-json`: `section` [`call` `name_prefix` NAME `index`N `name_end` ARGS `call_end`]… joined
   by `sep`, `section_end`: the name in markers, the arguments one JSON object (DeepSeek, Kimi
@@ -55,7 +56,12 @@ class CallFormat:
     json_body: a tagged call's body may be a JSON arguments object instead of parameters.
     self_closing: a tagged call without parameters may end with its name's tag (`"/>`).
     name_key / args_key: a JSON call's keys; either order is read, `args_alt` too.
+    name_alt: other keys a json-list reader takes for the name (Cohere's `name` beside
+        `tool_name`): read, never written.
     args_alt: other keys a reader takes for the arguments (`parameters`).
+    id_key: a json-list call object's key for the model's own id (Cohere's `tool_call_id`):
+        read and kept as the call's id when it comes before the name, never written.
+    keyed: a json-list call object is `{NAME: ARGS}`, its one key the call's name (Apertus').
     line_start: the call opener counts only at the start of a line (a bare `[` or `{`).
     single: a json-list's lone call object, without the brackets, is a list of one.
     repair_close: a json-list whose `]` never comes (its closer or text right after the last
@@ -89,8 +95,11 @@ class CallFormat:
     json_body: bool = False
     self_closing: bool = False
     name_key: str = "name"
+    name_alt: tuple[str, ...] = ()
     args_key: str = "arguments"
     args_alt: tuple[str, ...] = ("parameters",)
+    id_key: str = ""
+    keyed: bool = False
     line_start: bool = False
     single: bool = False
     repair_close: bool = False

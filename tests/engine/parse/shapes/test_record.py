@@ -33,6 +33,8 @@ RECORDS = {
                             call_end="</fn>", sep="\n"),
     "json-object": CallFormat(JSON_OBJECT, call="<call>", call_end="</call>", sep="\n"),
     "json-list": CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", "),
+    "json-list-keyed": CallFormat(JSON_LIST, section="<calls>", section_end="</calls>",
+                                  sep=", ", keyed=True),
     "python-list": CallFormat(PYTHON_LIST, section="<py>", section_end="</py>", sep=", "),
     "name-json": CallFormat(NAME_JSON, section="<calls>", section_end="</calls>", call="<call>",
                             name_end="<args>", call_end="</call>", sep="\n"),
@@ -140,3 +142,61 @@ def test_a_record_is_frozen_data():
         CallFormat("yaml")
     assert fmt.describe() == "tagged in <calls>"
     assert REGISTRY["pythonic"].format.describe() == "python list (bare)"
+
+
+@pytest.mark.parametrize("module", ["functionary_v3_2", "gigachat3", "apertus"])
+def test_a_family_with_its_own_frame_writes_and_forces_calls_from_a_record(module):
+    """Families whose record is not registered (their reader and frame are their own) still
+    write and force each call exactly as their record's engine does."""
+    import importlib
+
+    from engine.grammar.writer import Writer
+
+    mod = importlib.import_module(f"engine.parse.families.{module}")
+    fam, eng = mod.FAMILY, engine(mod.FORMAT)
+    call = ToolCall("c0", "get_weather", {"city": "Paris", "days": 3}, 0)
+    assert fam.writer.write_call(call) == eng.open + eng.write_call(call, 0) + eng.close
+    fn = {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}
+    assert fam.grammar.call(Writer({}), 0, fn) == eng.grammar_call(Writer({}), 0, fn)
+
+
+def test_firefunction_reads_its_list_with_its_record_reader():
+    """FireFunction's reader is its json-list record's, started after the opener's `[`."""
+    ff = REGISTRY["firefunction"]
+    assert issubclass(ff.call_parser, engine(ff.format).reader.__bases__[0])
+    body = '{"name": "f", "arguments": {"a": 1}}, {"name": "g", "parameters": {}}] tail'
+    p = read_all_ways(SimpleNamespace(CallParser=ff.call_parser), body)
+    assert (p.name, p.arguments) == ("f", {"a": 1})
+    assert p.end == body.index(", {") + 1  # the comma is the call's: the next one follows
+
+
+def test_a_json_list_record_may_name_other_name_keys_and_an_id_key():
+    """`name_alt`: other keys read as the name; `id_key`: the model's own id, kept when it
+    comes before the name. Neither is written."""
+    fmt = CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", ",
+                     name_key="tool_name", name_alt=("name",), args_key="parameters",
+                     id_key="call_id")
+    eng = engine(fmt)
+    call = ToolCall("c0", "f", {"a": 1}, 0)
+    assert eng.write_call(call, 0) == '{"tool_name": "f", "parameters": {"a": 1}}'
+    body = '[{"call_id": "7", "name": "f", "parameters": {"a": 1}}]</calls> tail'
+    assert eng.match_opener(body, 0) == 2  # FULL: the id may come first
+    p = read_all_ways(SimpleNamespace(CallParser=eng.reader), body)
+    assert (p.name, p.arguments, p.call_id) == ("f", {"a": 1}, "7")
+    assert p.end == body.index(" tail")
+
+
+def test_a_keyed_json_list_record_reads_the_name_from_the_one_key():
+    """`keyed`: each object is `{NAME: ARGS}`; an object of two keys is no call."""
+    fmt = CallFormat(JSON_LIST, section="<calls>", section_end="</calls>", sep=", ",
+                     keyed=True)
+    eng = engine(fmt)
+    assert eng.write_call(ToolCall("c0", "f", {"a": 1}, 0), 0) == '{"f": {"a": 1}}'
+    body = '[{"f": {"a": [1, "x"]}}, {"g": {}}]</calls>'
+    assert eng.match_opener(body, 0) == 2  # FULL
+    p = read_all_ways(SimpleNamespace(CallParser=eng.reader), body)
+    assert (p.name, p.arguments) == ("f", {"a": [1, "x"]})
+    assert p.end == body.index(", {") + 1  # the comma is the call's: the next one follows
+    p = read_all_ways(SimpleNamespace(CallParser=eng.reader), '[{"f": {}, "g": {}}]')
+    assert p.error == "not one call"
