@@ -98,6 +98,7 @@ class FramedBody(CallBody):
         self._json: hermes_json.CallParser | None = None
         self._json_at = 0  # body offset where the arguments object's text began
         self._close_at = -1  # body offset where the whitespace before a closer began
+        self._st = 0  # the state `_run` steps (each reader numbers its own)
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -114,6 +115,14 @@ class FramedBody(CallBody):
                 self.error = "unfinished"
 
     def _run(self, eof: bool) -> None:
+        """Run the state machine: `_step` the state in `_st` until the body is done or broken,
+        or a step waits for more text. (A reader may override this with its own loop.)"""
+        while not (self.done or self.error) and self._step(self._st, eof):
+            pass
+
+    def _step(self, st: int, eof: bool) -> bool:
+        """One step in state `st` (the reader's own numbering, kept in `_st`): False to wait
+        for more text (or once done or failed), True to go on."""
         raise NotImplementedError
 
     # -- helpers -------------------------------------------------------------------------------

@@ -115,94 +115,93 @@ class CallParser(ParamBody):
         self._types: frozenset[str] | None = None  # from the argument's `type`; None: schema
         self._raw_string = False
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:
-                if not self._ws():
-                    return
-                m = self._lit(CALL_TOOL)
-                if m == PREFIX:
-                    return
-                if m == NONE and not self._expect('tool="'):
-                    return
-                self._st = _NAME
-            elif st == _NAME:
-                name = self._until('"', _MAX_NAME)
-                if not name:
-                    return
-                name = unescape(name)
-                if not name.strip() or any(c in name for c in "<>\n"):
-                    self._fail("bad function name")
-                    return
-                self._start(name)
-                self._st = _CALL_ATTRS
-            elif st == _CALL_ATTRS:  # the rest of the call's tag (` index="1"`)
-                if self._tag_rest() is None:
-                    return
-                self._st = _ARGS
-            elif st == _ARGS:
-                if not self._ws():
-                    return
-                m = self._lit(ARG)
-                if m == FULL:
-                    self._st = _KEY
-                    continue
-                m2 = self._lit(CALL_END)
-                if m2 == FULL:
-                    self._emit_args("}" if self._nparams else "{}")
-                    self._st = _AFTER
-                    continue
-                m3 = self._lit(JSON_OPEN) if not self._nparams else NONE
-                if m3 == FULL:
-                    self._st = _JSON_ATTRS
-                    continue
-                if PREFIX in (m, m2, m3):
-                    return
-                self._fail("expected " + ARG)
-            elif st == _KEY:
-                key = self._until('"', _MAX_NAME)
-                if not key:
-                    return
-                key = unescape(key)
-                if not key.strip() or "\n" in key:
-                    self._fail("bad argument key")
-                    return
-                self._key = key
-                self._st = _ARG_ATTRS
-            elif st == _ARG_ATTRS:
-                attrs = self._tag_rest()
-                if attrs is None:
-                    return
-                kind = _attr(attrs, "type")
-                self._raw_string = kind == STRING
-                self._types = TYPES.get(kind) if kind is not None else None
-                self._st = _VALUE
-            elif st == _VALUE:
-                raw = self._upto(ARG_END, self._val)
-                if raw is None:
-                    return
-                self._value(raw)
-                self._st = _ARGS
-            elif st == _JSON_ATTRS:
-                if self._tag_rest() is None:
-                    return
-                self._st = _JSON
-            elif st == _JSON:
-                if not self._args(eof):
-                    return
-                self._st = _JSON_END
-            elif st == _JSON_END:
-                if not self._ws() or not self._expect(JSON_END):
-                    return
-                self._st = _CALL_END
-            elif st == _CALL_END:
-                if not self._ws() or not self._expect(CALL_END):
-                    return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _BEGIN:
+            if not self._ws():
+                return False
+            m = self._lit(CALL_TOOL)
+            if m == PREFIX:
+                return False
+            if m == NONE and not self._expect('tool="'):
+                return False
+            self._st = _NAME
+        elif st == _NAME:
+            name = self._until('"', _MAX_NAME)
+            if not name:
+                return False
+            name = unescape(name)
+            if not name.strip() or any(c in name for c in "<>\n"):
+                self._fail("bad function name")
+                return False
+            self._start(name)
+            self._st = _CALL_ATTRS
+        elif st == _CALL_ATTRS:  # the rest of the call's tag (` index="1"`)
+            if self._tag_rest() is None:
+                return False
+            self._st = _ARGS
+        elif st == _ARGS:
+            if not self._ws():
+                return False
+            m = self._lit(ARG)
+            if m == FULL:
+                self._st = _KEY
+                return True
+            m2 = self._lit(CALL_END)
+            if m2 == FULL:
+                self._emit_args("}" if self._nparams else "{}")
                 self._st = _AFTER
-            else:
-                self._close(TOOLS_END, eof)
-                return
+                return True
+            m3 = self._lit(JSON_OPEN) if not self._nparams else NONE
+            if m3 == FULL:
+                self._st = _JSON_ATTRS
+                return True
+            if PREFIX in (m, m2, m3):
+                return False
+            self._fail("expected " + ARG)
+        elif st == _KEY:
+            key = self._until('"', _MAX_NAME)
+            if not key:
+                return False
+            key = unescape(key)
+            if not key.strip() or "\n" in key:
+                self._fail("bad argument key")
+                return False
+            self._key = key
+            self._st = _ARG_ATTRS
+        elif st == _ARG_ATTRS:
+            attrs = self._tag_rest()
+            if attrs is None:
+                return False
+            kind = _attr(attrs, "type")
+            self._raw_string = kind == STRING
+            self._types = TYPES.get(kind) if kind is not None else None
+            self._st = _VALUE
+        elif st == _VALUE:
+            raw = self._upto(ARG_END, self._val)
+            if raw is None:
+                return False
+            self._value(raw)
+            self._st = _ARGS
+        elif st == _JSON_ATTRS:
+            if self._tag_rest() is None:
+                return False
+            self._st = _JSON
+        elif st == _JSON:
+            if not self._args(eof):
+                return False
+            self._st = _JSON_END
+        elif st == _JSON_END:
+            if not self._ws() or not self._expect(JSON_END):
+                return False
+            self._st = _CALL_END
+        elif st == _CALL_END:
+            if not self._ws() or not self._expect(CALL_END):
+                return False
+            self._st = _AFTER
+        else:
+            self._close(TOOLS_END, eof)
+            return False
+        return True
 
     def _tag_rest(self) -> str | None:
         """The attributes left in the open tag, up to its `<|sep|>` (consumed); None while it

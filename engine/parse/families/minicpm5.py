@@ -99,49 +99,48 @@ class CallParser(ParamBody):
         self._seg: list[str] = []  # the current segment's text (raw or CDATA)
         self._segs: list[tuple[bool, str]] = []  # (is CDATA, text) of the value so far
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st in (_BEGIN, _PGAP):  # whitespace, then `name="`
-                before = self._pos
-                more = self._ws()
-                self._gap = self._gap or self._pos > before
-                if not more:
-                    return
-                if not self._expect(NAME_ATTR):
-                    return
-                if not self._gap:
-                    self.repaired(_COLLAPSED)
-                self._st = _NAME if st == _BEGIN else _KEY
-            elif st in (_NAME, _KEY):
-                word = self._name()
-                if not word:
-                    return
-                if st == _NAME:
-                    self._start(word)
-                    self._st = _PARAMS
-                else:
-                    self._key = word
-                    self._segs, self._seg, self._cdata = [], [], False
-                    self._st = _VALUE
-            elif st == _PARAMS:
-                if not self._ws():
-                    return
-                m = self._lit(PARAM)
-                if m == FULL:
-                    self._gap = False
-                    self._st = _PGAP
-                    continue
-                m2 = self._lit(FUNC_END)
-                if m2 == FULL:
-                    self._emit_args("}" if self._nparams else "{}")
-                    self.done, self.end = True, self._pos
-                    return
-                if PREFIX in (m, m2):
-                    return
-                self._fail("expected " + PARAM)
-            elif not self._value_text():  # _VALUE
-                return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st in (_BEGIN, _PGAP):  # whitespace, then `name="`
+            before = self._pos
+            more = self._ws()
+            self._gap = self._gap or self._pos > before
+            if not more:
+                return False
+            if not self._expect(NAME_ATTR):
+                return False
+            if not self._gap:
+                self.repaired(_COLLAPSED)
+            self._st = _NAME if st == _BEGIN else _KEY
+        elif st in (_NAME, _KEY):
+            word = self._name()
+            if not word:
+                return False
+            if st == _NAME:
+                self._start(word)
+                self._st = _PARAMS
+            else:
+                self._key = word
+                self._segs, self._seg, self._cdata = [], [], False
+                self._st = _VALUE
+        elif st == _PARAMS:
+            if not self._ws():
+                return False
+            m = self._lit(PARAM)
+            if m == FULL:
+                self._gap = False
+                self._st = _PGAP
+                return True
+            m2 = self._lit(FUNC_END)
+            if m2 == FULL:
+                self._emit_args("}" if self._nparams else "{}")
+                self.done, self.end = True, self._pos
+                return False
+            if PREFIX in (m, m2):
+                return False
+            self._fail("expected " + PARAM)
+        elif not self._value_text():  # _VALUE
+            return False
+        return True
 
     def _name(self) -> str | None:
         """A name up to its closing `">` (both consumed): None while it may go on, "" with the

@@ -117,88 +117,87 @@ class CallParser(ParamBody):
         super().__init__(schemas, stream)
         self._st = _BEGIN
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:
-                if not self._ws():
-                    return
-                m = self._lit(INVOKE)
-                if m == PREFIX:
-                    return
-                if m == FULL:
-                    self._st = _NAME
-                    continue
-                m = match_literal(self._buf, self._name_end(), '">')
-                if m == PREFIX:
-                    return
-                if m == FULL:
-                    self._st = _NAME  # the body began at the invoke's name
-                    continue
-                if self._word(NAME_CHARS) is None:  # the recipient
-                    return
-                if not self.error:
-                    self._st = _HEADER
-            elif st == _HEADER:
-                if not self._ws() or not self._expect(MESSAGE):
-                    return
-                self._st = _CALLS
-            elif st == _CALLS:
-                if not self._ws() or not self._expect(CALLS):
-                    return
-                self._st = _INVOKE
-            elif st == _INVOKE:
-                if not self._ws() or not self._expect(INVOKE):
-                    return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _BEGIN:
+            if not self._ws():
+                return False
+            m = self._lit(INVOKE)
+            if m == PREFIX:
+                return False
+            if m == FULL:
                 self._st = _NAME
-            elif st == _NAME:
-                name = self._until('"', _MAX_NAME)
-                if not name:
-                    return
-                name = unescape(name)
-                if not name.strip() or any(c in name for c in "<>\n"):
-                    self._fail("bad function name")
-                    return
-                self._start(self._declared(name))
-                self._st = _NAME_END
-            elif st == _NAME_END:
-                if not self._expect(">"):
-                    return
-                self._st = _PARAMS
-            elif st == _PARAMS:
-                if not self._ws():
-                    return
-                m = self._lit(PARAM)
-                if m == FULL:
-                    self._st = _KEY
-                    continue
-                m2 = self._lit(INVOKE_END)
-                if m2 == FULL:
-                    self._emit_args("}" if self._nparams else "{}")
-                    self._st = _AFTER
-                    continue
-                if PREFIX in (m, m2):
-                    return
-                self._fail("expected " + PARAM)
-            elif st == _KEY:
-                key = self._until('">', _MAX_NAME)
-                if not key:
-                    return
-                key = unescape(key)
-                if not key.strip() or "\n" in key:
-                    self._fail("bad parameter name")
-                    return
-                self._key = key
-                self._st = _VALUE
-            elif st == _VALUE:
-                raw = self._upto(PARAM_END, self._val)
-                if raw is None:
-                    return
-                self._value(raw)
-                self._st = _PARAMS
-            else:
-                self._close(CALLS_END, eof)
-                return
+                return True
+            m = match_literal(self._buf, self._name_end(), '">')
+            if m == PREFIX:
+                return False
+            if m == FULL:
+                self._st = _NAME  # the body began at the invoke's name
+                return True
+            if self._word(NAME_CHARS) is None:  # the recipient
+                return False
+            if not self.error:
+                self._st = _HEADER
+        elif st == _HEADER:
+            if not self._ws() or not self._expect(MESSAGE):
+                return False
+            self._st = _CALLS
+        elif st == _CALLS:
+            if not self._ws() or not self._expect(CALLS):
+                return False
+            self._st = _INVOKE
+        elif st == _INVOKE:
+            if not self._ws() or not self._expect(INVOKE):
+                return False
+            self._st = _NAME
+        elif st == _NAME:
+            name = self._until('"', _MAX_NAME)
+            if not name:
+                return False
+            name = unescape(name)
+            if not name.strip() or any(c in name for c in "<>\n"):
+                self._fail("bad function name")
+                return False
+            self._start(self._declared(name))
+            self._st = _NAME_END
+        elif st == _NAME_END:
+            if not self._expect(">"):
+                return False
+            self._st = _PARAMS
+        elif st == _PARAMS:
+            if not self._ws():
+                return False
+            m = self._lit(PARAM)
+            if m == FULL:
+                self._st = _KEY
+                return True
+            m2 = self._lit(INVOKE_END)
+            if m2 == FULL:
+                self._emit_args("}" if self._nparams else "{}")
+                self._st = _AFTER
+                return True
+            if PREFIX in (m, m2):
+                return False
+            self._fail("expected " + PARAM)
+        elif st == _KEY:
+            key = self._until('">', _MAX_NAME)
+            if not key:
+                return False
+            key = unescape(key)
+            if not key.strip() or "\n" in key:
+                self._fail("bad parameter name")
+                return False
+            self._key = key
+            self._st = _VALUE
+        elif st == _VALUE:
+            raw = self._upto(PARAM_END, self._val)
+            if raw is None:
+                return False
+            self._value(raw)
+            self._st = _PARAMS
+        else:
+            self._close(CALLS_END, eof)
+            return False
+        return True
 
     def _name_end(self) -> int:
         """Where a name at the start of the buffer ends (its length; the buffer's when it may
