@@ -28,6 +28,13 @@ from engine.parse.families.common import FULL, NONE, PREFIX, CallBody, Match, ma
 from engine.parse.schema import convert, param_types
 
 MAX_NAME = 256
+# What `ParamBody._param_or_close` found: a parameter's opener, the call's closer, the other.
+AT_PARAM, AT_CLOSE, AT_OTHER = 1, 2, 3
+
+
+def unescape(s: str) -> str:
+    """A quoted attribute's value as the templates escape it (`&quot;`, `&amp;`), read back."""
+    return s.replace("&quot;", '"').replace("&amp;", "&")
 
 
 def name_at(text: str, i: int, chars: str) -> tuple[Match, int]:
@@ -295,11 +302,66 @@ class ParamBody(FramedBody):
             self.out.append(("args", text, self._pos))
 
     def _typed_value(self, key: str, raw: str):
-        """`raw` typed by the tool's schema for `key` (a Python literal read is a repair)."""
+        """`raw` typed by the tool's schema for `key` (a Python literal read is a repair). A
+        reader whose format types values itself overrides this (failing the body where a value
+        is not of its type)."""
         value, literal = convert(raw, param_types(self.schemas, self.name, key))
         if literal:
             self.repaired("Python literal")
         return value
+
+    def _value(self, raw: str) -> None:
+        """Keep parameter `_key` with its text `raw`, typed (`_typed_value`); a repeated key
+        keeps its first value (the repeat is not even typed, so it cannot break the call)."""
+        key = self._key
+        if key in self.arguments:
+            return
+        value = self._typed_value(key, raw)
+        if not self.error:
+            self._store(key, value)
+
+    def _value_upto(self, closer: str) -> bool:
+        """The value's text up to `closer` (consumed), kept as parameter `_key`; True once it
+        is, False while `closer` has not come (linear cost: `_upto`)."""
+        raw = self._upto(closer, self._val)
+        if raw is None:
+            return False
+        self._value(raw)
+        return True
+
+    def _attr_text(self, end: str, why: str, bad: str = "\n") -> str | None:
+        """A name or key written as a quoted attribute, up to `end` (consumed), `&quot;` and
+        `&amp;` read back; None while it may go on, or after failing the body (`why`) when it
+        is blank or holds one of `bad`."""
+        text = self._until(end, MAX_NAME)
+        if not text:
+            return None
+        text = unescape(text)
+        if not text.strip() or any(c in text for c in bad):
+            self._fail(why)
+            return None
+        return text
+
+    def _param_or_close(self, param: str, close: str, other: str = "") -> int:
+        """Between parameters: whitespace, then the next parameter's opener `param` (consumed:
+        AT_PARAM), the call's closer `close` (consumed, the streamed arguments closed:
+        AT_CLOSE) or, where the format has one, `other` (consumed: AT_OTHER); 0 while the text
+        may still be one of them, or after failing the body when it is none."""
+        if not self._ws():
+            return 0
+        m = self._lit(param)
+        if m == FULL:
+            return AT_PARAM
+        m2 = self._lit(close)
+        if m2 == FULL:
+            self._emit_args("}" if self._nparams else "{}")
+            return AT_CLOSE
+        m3 = self._lit(other) if other else NONE
+        if m3 == FULL:
+            return AT_OTHER
+        if PREFIX not in (m, m2, m3):
+            self._fail("expected " + param)
+        return 0
 
     def _store(self, key: str, value) -> None:
         """Keep a parameter and stream its fragment (the caller skips a repeated key)."""
@@ -310,6 +372,6 @@ class ParamBody(FramedBody):
 
 
 __all__ = [
-    "FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs", "ParamBody", "call_or_word",
-    "name_at", "word_then",
+    "AT_CLOSE", "AT_OTHER", "AT_PARAM", "FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody",
+    "JsonArgs", "ParamBody", "call_or_word", "name_at", "unescape", "word_then",
 ]

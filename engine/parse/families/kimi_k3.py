@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.parse.families.framed import ParamBody, word_then
+from engine.parse.families.framed import AT_CLOSE, AT_PARAM, ParamBody, unescape, word_then
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 from engine.parse.schema import STRING, convert, fits
@@ -69,7 +69,6 @@ PRESERVED_TOKENS = (OPEN, CLOSE, SEP, END_OF_MSG)
 TYPES = {"number": frozenset({"number", "integer"}), "integer": frozenset({"integer"}),
          "boolean": frozenset({"boolean"}), "null": frozenset({"null"}),
          "object": frozenset({"object"}), "array": frozenset({"array"})}
-_MAX_NAME = 256
 _MAX_ATTRS = 128
 (_BEGIN, _NAME, _CALL_ATTRS, _ARGS, _KEY, _ARG_ATTRS, _VALUE, _JSON_ATTRS, _JSON, _JSON_END,
  _CALL_END, _AFTER) = range(12)
@@ -84,11 +83,6 @@ def match_opener(text: str, i: int) -> Match:
     if m != FULL:
         return m
     return word_then(text, i + len('tool="'), NAME_CHARS, ('"',))
-
-
-def unescape(s: str) -> str:
-    """An attribute value as the template escapes it, read back."""
-    return s.replace("&quot;", '"').replace("&amp;", "&")
 
 
 def escape(s: str) -> str:
@@ -126,12 +120,8 @@ class CallParser(ParamBody):
                 return False
             self._st = _NAME
         elif st == _NAME:
-            name = self._until('"', _MAX_NAME)
-            if not name:
-                return False
-            name = unescape(name)
-            if not name.strip() or any(c in name for c in "<>\n"):
-                self._fail("bad function name")
+            name = self._attr_text('"', "bad function name", "<>\n")
+            if name is None:
                 return False
             self._start(name)
             self._st = _CALL_ATTRS
@@ -139,32 +129,14 @@ class CallParser(ParamBody):
             if self._tag_rest() is None:
                 return False
             self._st = _ARGS
-        elif st == _ARGS:
-            if not self._ws():
+        elif st == _ARGS:  # the JSON form only where no argument came before it
+            found = self._param_or_close(ARG, CALL_END, "" if self._nparams else JSON_OPEN)
+            if not found:
                 return False
-            m = self._lit(ARG)
-            if m == FULL:
-                self._st = _KEY
-                return True
-            m2 = self._lit(CALL_END)
-            if m2 == FULL:
-                self._emit_args("}" if self._nparams else "{}")
-                self._st = _AFTER
-                return True
-            m3 = self._lit(JSON_OPEN) if not self._nparams else NONE
-            if m3 == FULL:
-                self._st = _JSON_ATTRS
-                return True
-            if PREFIX in (m, m2, m3):
-                return False
-            self._fail("expected " + ARG)
+            self._st = _KEY if found == AT_PARAM else _AFTER if found == AT_CLOSE else _JSON_ATTRS
         elif st == _KEY:
-            key = self._until('"', _MAX_NAME)
-            if not key:
-                return False
-            key = unescape(key)
-            if not key.strip() or "\n" in key:
-                self._fail("bad argument key")
+            key = self._attr_text('"', "bad argument key")
+            if key is None:
                 return False
             self._key = key
             self._st = _ARG_ATTRS
@@ -177,10 +149,8 @@ class CallParser(ParamBody):
             self._types = TYPES.get(kind) if kind is not None else None
             self._st = _VALUE
         elif st == _VALUE:
-            raw = self._upto(ARG_END, self._val)
-            if raw is None:
+            if not self._value_upto(ARG_END):
                 return False
-            self._value(raw)
             self._st = _ARGS
         elif st == _JSON_ATTRS:
             if self._tag_rest() is None:
@@ -215,22 +185,19 @@ class CallParser(ParamBody):
             return None
         return attrs
 
-    def _value(self, raw: str) -> None:
-        key = self._key
-        if key in self.arguments:  # a repeat: the first value stays
-            return
+    def _typed_value(self, key: str, raw: str):
+        """The value as its `type` attribute says (a string raw; the body fails when it is not
+        of that type), else typed by the schema."""
         if self._raw_string:
-            value = raw
-        elif self._types is not None:
-            value, repaired = convert(raw, self._types)
-            if not fits(value, self._types):
-                self._fail(f"{key} is not {'/'.join(sorted(self._types))}")
-                return
-            if repaired:
-                self.repaired("Python literal")
-        else:
-            value = self._typed_value(key, raw)
-        self._store(key, value)
+            return raw
+        if self._types is None:
+            return super()._typed_value(key, raw)
+        value, repaired = convert(raw, self._types)
+        if not fits(value, self._types):
+            self._fail(f"{key} is not {'/'.join(sorted(self._types))}")
+        elif repaired:
+            self.repaired("Python literal")
+        return value
 
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]

@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.parse.families.framed import MAX_NAME, ParamBody
+from engine.parse.families.framed import AT_PARAM, MAX_NAME, ParamBody
 from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
@@ -123,21 +123,13 @@ class CallParser(ParamBody):
                 self._segs, self._seg, self._cdata = [], [], False
                 self._st = _VALUE
         elif st == _PARAMS:
-            if not self._ws():
-                return False
-            m = self._lit(PARAM)
-            if m == FULL:
+            found = self._param_or_close(PARAM, FUNC_END)
+            if found == AT_PARAM:
                 self._gap = False
                 self._st = _PGAP
-                return True
-            m2 = self._lit(FUNC_END)
-            if m2 == FULL:
-                self._emit_args("}" if self._nparams else "{}")
+            elif found:  # the call's end
                 self.done, self.end = True, self._pos
-                return False
-            if PREFIX in (m, m2):
-                return False
-            self._fail("expected " + PARAM)
+            return bool(found)
         elif not self._value_text():  # _VALUE
             return False
         return True
@@ -193,7 +185,7 @@ class CallParser(ParamBody):
             self._seg.append(b[:k])
             self._eat(k + len(PARAM_END))
             self._close_seg(False)
-            self._value()
+            self._join_value()
             self._st = _PARAMS
             return True
 
@@ -210,18 +202,15 @@ class CallParser(ParamBody):
         self._seg = []
         self._cdata = False
 
-    def _value(self) -> None:
+    def _join_value(self) -> None:
+        """The value's segments joined, one newline stripped at each end outside CDATA."""
         segs = self._segs
         texts = [t for _, t in segs]
         if not segs[0][0] and texts[0].startswith("\n"):
             texts[0] = texts[0][1:]
         if not segs[-1][0] and texts[-1].endswith("\n"):
             texts[-1] = texts[-1][:-1]
-        raw = "".join(texts)
-        key = self._key
-        if key in self.arguments:  # a repeat: the first value stays
-            return
-        self._store(key, self._typed_value(key, raw))
+        self._value("".join(texts))
 
 
 def _write_text(text: str) -> str:

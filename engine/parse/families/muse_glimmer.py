@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 
 from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
-from engine.parse.families.framed import ParamBody, name_at
+from engine.parse.families.framed import AT_PARAM, ParamBody, name_at
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 
@@ -80,7 +80,6 @@ MARKERS = Markers(
 PRESERVED_TOKENS = (START, MESSAGE, EOM, EOT, END_OF_TEXT, CALLS, CALLS_END, "<atem:invoke",
                     INVOKE_END, "<atem:parameter", PARAM_END)
 
-_MAX_NAME = 256
 _BEGIN, _HEADER, _CALLS, _INVOKE, _NAME, _NAME_END, _PARAMS, _KEY, _VALUE, _AFTER = range(10)
 
 
@@ -103,10 +102,6 @@ def match_opener(text: str, i: int) -> Match:
     if j < 0:
         return NONE
     return match_literal(text, j, CALLS)
-
-
-def unescape(s: str) -> str:
-    return s.replace("&quot;", '"').replace("&amp;", "&")
 
 
 class CallParser(ParamBody):
@@ -150,12 +145,8 @@ class CallParser(ParamBody):
                 return False
             self._st = _NAME
         elif st == _NAME:
-            name = self._until('"', _MAX_NAME)
-            if not name:
-                return False
-            name = unescape(name)
-            if not name.strip() or any(c in name for c in "<>\n"):
-                self._fail("bad function name")
+            name = self._attr_text('"', "bad function name", "<>\n")
+            if name is None:
                 return False
             self._start(self._declared(name))
             self._st = _NAME_END
@@ -164,35 +155,19 @@ class CallParser(ParamBody):
                 return False
             self._st = _PARAMS
         elif st == _PARAMS:
-            if not self._ws():
+            found = self._param_or_close(PARAM, INVOKE_END)
+            if not found:
                 return False
-            m = self._lit(PARAM)
-            if m == FULL:
-                self._st = _KEY
-                return True
-            m2 = self._lit(INVOKE_END)
-            if m2 == FULL:
-                self._emit_args("}" if self._nparams else "{}")
-                self._st = _AFTER
-                return True
-            if PREFIX in (m, m2):
-                return False
-            self._fail("expected " + PARAM)
+            self._st = _KEY if found == AT_PARAM else _AFTER
         elif st == _KEY:
-            key = self._until('">', _MAX_NAME)
-            if not key:
-                return False
-            key = unescape(key)
-            if not key.strip() or "\n" in key:
-                self._fail("bad parameter name")
+            key = self._attr_text('">', "bad parameter name")
+            if key is None:
                 return False
             self._key = key
             self._st = _VALUE
         elif st == _VALUE:
-            raw = self._upto(PARAM_END, self._val)
-            if raw is None:
+            if not self._value_upto(PARAM_END):
                 return False
-            self._value(raw)
             self._st = _PARAMS
         else:
             self._close(CALLS_END, eof)
@@ -217,12 +192,6 @@ class CallParser(ParamBody):
                 self.repaired("namespaced name")
                 return head
         return name
-
-    def _value(self, raw: str) -> None:
-        key = self._key
-        if key in self.arguments:  # a repeat: the first value stays
-            return
-        self._store(key, self._typed_value(key, raw))
 
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]

@@ -216,21 +216,18 @@ class TaggedCall(ParamBody):
         self._eat(k + len(c))
         return text
 
-    def _value(self, raw: str) -> None:
+    def _typed_value(self, key: str, raw: str):
+        """One leading and one trailing newline stripped; then raw or JSON as the key's tag
+        said (DSML), else typed by the schema."""
         if raw.startswith("\n"):
             raw = raw[1:]
         if raw.endswith("\n"):
             raw = raw[:-1]
-        key = self._key
-        if key in self.arguments:  # a repeat: the first value stays
-            return
         if self._raw_string is True:
-            value = raw
-        elif self._raw_string is False:
-            value, _ = convert(raw, None)
-        else:
-            value = self._typed_value(key, raw)
-        self._store(key, value)
+            return raw
+        if self._raw_string is False:
+            return convert(raw, None)[0]
+        return super()._typed_value(key, raw)
 
 
 # --- from a record ------------------------------------------------------------------------------
