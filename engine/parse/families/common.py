@@ -87,6 +87,12 @@ def escape_fragment(s: str) -> str:
     return json.dumps(s)[1:-1]
 
 
+def text_or_json(v) -> str:
+    """A parameter's value as the templates write it: a string as it is, anything else JSON
+    (booleans and None as JSON's words)."""
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+
 def tool_schemas(tools) -> ToolSchemas:
     """Map tool name -> parameters schema from an OpenAI-style `tools` array (also accepts
     bare function objects and Anthropic's {name, input_schema}). A `ToolSchemas`, so what the

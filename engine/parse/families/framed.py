@@ -106,6 +106,7 @@ class FramedBody(CallBody):
         self._json_at = 0  # body offset where the arguments object's text began
         self._close_at = -1  # body offset where the whitespace before a closer began
         self._st = 0  # the state `_run` steps (each reader numbers its own)
+        self._seq = 0  # how many of `_expect_seq`'s literals are consumed
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -158,6 +159,30 @@ class FramedBody(CallBody):
         if m == NONE:
             self._fail("expected " + lit)
         return m == FULL
+
+    def _opened(self, *lits: str) -> Match | None:
+        """At the body's start: whitespace, then the call's own opener (one of `lits`), there
+        after a section's opener and not where the parser matched the call's: FULL when one is
+        (consumed), NONE when none is; None while the text may still be one."""
+        if not self._ws():
+            return None
+        best = NONE
+        for lit in lits:
+            m = self._lit(lit)
+            if m == FULL:
+                return FULL
+            best = max(best, m)
+        return None if best == PREFIX else NONE
+
+    def _expect_seq(self, lits: tuple[str, ...]) -> bool:
+        """Whitespace then each of `lits` in turn, all required (`_expect`; how many are
+        consumed is kept across feeds): True once the last is consumed."""
+        while self._seq < len(lits):
+            if not self._ws() or not self._expect(lits[self._seq]):
+                return False
+            self._seq += 1
+        self._seq = 0
+        return True
 
     def _ws(self) -> bool:
         """Skip whitespace; True when something other than whitespace follows."""

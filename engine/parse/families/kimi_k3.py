@@ -35,9 +35,7 @@ stays reasoning text (only `<|close|>think<|sep|>`, or a real call, ends the thi
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
+from engine.parse.families.common import FULL, NONE, Match, match_literal, text_or_json
 from engine.parse.families.framed import AT_CLOSE, AT_PARAM, ParamBody, unescape, word_then
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
@@ -71,7 +69,7 @@ TYPES = {"number": frozenset({"number", "integer"}), "integer": frozenset({"inte
          "object": frozenset({"object"}), "array": frozenset({"array"})}
 _MAX_ATTRS = 128
 (_BEGIN, _NAME, _CALL_ATTRS, _ARGS, _KEY, _ARG_ATTRS, _VALUE, _JSON_ATTRS, _JSON, _JSON_END,
- _CALL_END, _AFTER) = range(12)
+ _AFTER) = range(11)
 
 
 def match_opener(text: str, i: int) -> Match:
@@ -111,12 +109,8 @@ class CallParser(ParamBody):
 
     def _step(self, st: int, eof: bool) -> bool:
         if st == _BEGIN:
-            if not self._ws():
-                return False
-            m = self._lit(CALL_TOOL)
-            if m == PREFIX:
-                return False
-            if m == NONE and not self._expect('tool="'):
+            m = self._opened(CALL_TOOL)  # else the parser matched it: `tool="` is left
+            if m is None or (m == NONE and not self._expect('tool="')):
                 return False
             self._st = _NAME
         elif st == _NAME:
@@ -160,12 +154,8 @@ class CallParser(ParamBody):
             if not self._args(eof):
                 return False
             self._st = _JSON_END
-        elif st == _JSON_END:
-            if not self._ws() or not self._expect(JSON_END):
-                return False
-            self._st = _CALL_END
-        elif st == _CALL_END:
-            if not self._ws() or not self._expect(CALL_END):
+        elif st == _JSON_END:  # the JSON form's closer, then the call's
+            if not self._expect_seq((JSON_END, CALL_END)):
                 return False
             self._st = _AFTER
         else:
@@ -220,10 +210,8 @@ def xtml_type(v) -> str:
 
 
 def _write_call(call, index: int) -> str:
-    args = "".join(
-        f'{ARG}{escape(k)}" type="{xtml_type(v)}"{SEP}'
-        f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}{ARG_END}"
-        for k, v in call.arguments.items())
+    args = "".join(f'{ARG}{escape(k)}" type="{xtml_type(v)}"{SEP}{text_or_json(v)}{ARG_END}'
+                   for k, v in call.arguments.items())
     return f'{CALL_TOOL}{escape(call.name)}" index="{index + 1}"{SEP}{args}{CALL_END}'
 
 

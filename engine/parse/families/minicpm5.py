@@ -44,9 +44,7 @@ reasoning (vLLM reads calls after the last `</think>` only).
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
+from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, text_or_json
 from engine.parse.families.framed import AT_PARAM, MAX_NAME, ParamBody
 from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
@@ -224,7 +222,7 @@ def _write_text(text: str) -> str:
 def _write_call(call, index: int) -> str:
     params = "".join(
         f'{PARAM} {NAME_ATTR}{k}">'
-        f"{_write_text(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))}"
+        f"{_write_text(text_or_json(v))}"
         f"{PARAM_END}"
         for k, v in call.arguments.items())
     return f'{FUNC} {NAME_ATTR}{call.name}">{params}{FUNC_END}'

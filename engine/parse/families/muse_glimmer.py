@@ -44,9 +44,15 @@ begins: no anomaly), while a bare `to=NAME<|message|>` call there counts only at
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
+from engine.parse.families.common import (
+    FULL,
+    NONE,
+    PREFIX,
+    Match,
+    match_literal,
+    skip_ws,
+    text_or_json,
+)
 from engine.parse.families.framed import AT_PARAM, ParamBody, name_at
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
@@ -80,7 +86,7 @@ MARKERS = Markers(
 PRESERVED_TOKENS = (START, MESSAGE, EOM, EOT, END_OF_TEXT, CALLS, CALLS_END, "<atem:invoke",
                     INVOKE_END, "<atem:parameter", PARAM_END)
 
-_BEGIN, _HEADER, _CALLS, _INVOKE, _NAME, _NAME_END, _PARAMS, _KEY, _VALUE, _AFTER = range(10)
+_BEGIN, _HEADER, _NAME, _NAME_END, _PARAMS, _KEY, _VALUE, _AFTER = range(8)
 
 
 def match_opener(text: str, i: int) -> Match:
@@ -114,10 +120,8 @@ class CallParser(ParamBody):
 
     def _step(self, st: int, eof: bool) -> bool:
         if st == _BEGIN:
-            if not self._ws():
-                return False
-            m = self._lit(INVOKE)
-            if m == PREFIX:
+            m = self._opened(INVOKE)
+            if m is None:
                 return False
             if m == FULL:
                 self._st = _NAME
@@ -132,16 +136,8 @@ class CallParser(ParamBody):
                 return False
             if not self.error:
                 self._st = _HEADER
-        elif st == _HEADER:
-            if not self._ws() or not self._expect(MESSAGE):
-                return False
-            self._st = _CALLS
-        elif st == _CALLS:
-            if not self._ws() or not self._expect(CALLS):
-                return False
-            self._st = _INVOKE
-        elif st == _INVOKE:
-            if not self._ws() or not self._expect(INVOKE):
+        elif st == _HEADER:  # the recipient's header, the block's opener, the invoke's
+            if not self._expect_seq((MESSAGE, CALLS, INVOKE)):
                 return False
             self._st = _NAME
         elif st == _NAME:
@@ -200,14 +196,8 @@ __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 # --- the writer ---------------------------------------------------------------------------------
 
 
-def _write_value(v) -> str:
-    """A value as the template writes it: a string as is, booleans and None as JSON words,
-    lists and objects as JSON."""
-    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-
-
 def _write_call(call, index: int) -> str:
-    params = "".join(f'{PARAM}{k}">{_write_value(v)}{PARAM_END}\n'
+    params = "".join(f'{PARAM}{k}">{text_or_json(v)}{PARAM_END}\n'
                      for k, v in call.arguments.items())
     return (f" {TO}{call.name}{MESSAGE}{CALLS}\n{INVOKE}{call.name}\">\n{params}{INVOKE_END}\n"
             f"{CALLS_END}")

@@ -121,7 +121,7 @@ class CallParser(FramedBody):
                 self._fail("bad call id")
                 return False
             if k == len(self._buf):
-                return  # the id may go on
+                return False  # the id may go on
             if k:
                 self.call_id = self._buf[:k]  # the model's own id: kept
                 self._eat(k)
@@ -150,7 +150,7 @@ class CallParser(FramedBody):
             self._st = _END
         elif st == _END:
             if self._close(CALL_END, eof) != FULL:
-                return  # undecided, or no call end: the call is whole, the rest is text
+                return False  # undecided, or no call end: the call is whole, the rest is text
             self.done = False
             self._st = _SECTION
         else:

@@ -116,7 +116,7 @@ class NameJsonCall(FramedBody):
                 while k < len(b) and (b[k].isalnum() or b[k] in self.NAME_CHARS):
                     k += 1
                 if k == len(b):
-                    return  # the id may go on
+                    return False  # the id may go on
                 self.call_id = b[len(self.ID_TAG):k] or None  # the model's own: kept
                 self._eat(k)
             self._st = _NAME_END
@@ -176,7 +176,7 @@ class NameJsonCall(FramedBody):
             self._st = _END
         elif st == _END:
             if self.CALL_END and self._close(self.CALL_END, eof) != FULL:
-                return  # undecided, or no closer: the call is whole, the rest is text
+                return False  # undecided, or no closer: the call is whole, the rest is text
             if not self.SECTION_END:
                 self.done, self.end = True, self._pos
                 return False

@@ -146,7 +146,7 @@ class PythonCalls(FramedBody):
                 self._fail("expected = after " + self._key)
                 return False
             if len(b) < 2 and not eof:
-                return  # `=` or `==`
+                return False  # `=` or `==`
             if b[1:2] == "=":
                 self._fail("expected = after " + self._key)
                 return False

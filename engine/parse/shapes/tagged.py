@@ -19,9 +19,7 @@ without parameters may close its own tag (`self_closing`: `<｜DSML｜invoke nam
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
+from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, text_or_json
 from engine.parse.families.framed import ParamBody, word_then
 from engine.parse.schema import convert
 from engine.parse.shapes.record import CallFormat
@@ -300,7 +298,7 @@ def write_value(v, opened: str = "", closing: str = "") -> str:
     one leading and one trailing newline, so a string that begins or ends with one gets one
     more there, unless the tag before it (`opened`) or after it (`closing`) brings its own."""
     if not isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+        return text_or_json(v)
     lead = "\n" if v.startswith("\n") and not opened.endswith("\n") else ""
     trail = "\n" if v.endswith("\n") and not closing.startswith("\n") else ""
     return lead + v + trail
