@@ -133,6 +133,13 @@ class FramedBody(CallBody):
         for more text (or once done or failed), True to go on."""
         raise NotImplementedError
 
+    def _go(self, read: bool, nxt: int) -> bool:
+        """A step that reads one thing: once it is `read`, the machine goes on in state `nxt`
+        (else it waits, or the body failed)."""
+        if read:
+            self._st = nxt
+        return read
+
     # -- helpers -------------------------------------------------------------------------------
 
     def _eat(self, k: int) -> None:
@@ -352,6 +359,15 @@ class ParamBody(FramedBody):
         if raw is None:
             return False
         self._value(raw)
+        return True
+
+    def _key_upto(self, end: str, why: str) -> bool:
+        """A parameter's key written as a quoted attribute, up to `end` (`_attr_text`), kept
+        in `_key`; True once it is."""
+        key = self._attr_text(end, why)
+        if key is None:
+            return False
+        self._key = key
         return True
 
     def _attr_text(self, end: str, why: str, bad: str = "\n") -> str | None:

@@ -226,9 +226,7 @@ class CallParser(FramedBody):
                 return False
             self._st = _ARGS if self._buf.startswith("{") else _RAW
         elif st == _ARGS:
-            if not self._args(eof):
-                return False
-            self._st = _AFTER
+            return self._go(self._args(eof), _AFTER)
         elif st == _RAW:
             if not self._raw(eof):
                 return False

@@ -129,11 +129,7 @@ class CallParser(ParamBody):
                 return False
             self._st = _KEY if found == AT_PARAM else _AFTER if found == AT_CLOSE else _JSON_ATTRS
         elif st == _KEY:
-            key = self._attr_text('"', "bad argument key")
-            if key is None:
-                return False
-            self._key = key
-            self._st = _ARG_ATTRS
+            return self._go(self._key_upto('"', "bad argument key"), _ARG_ATTRS)
         elif st == _ARG_ATTRS:
             attrs = self._tag_rest()
             if attrs is None:
@@ -143,21 +139,15 @@ class CallParser(ParamBody):
             self._types = TYPES.get(kind) if kind is not None else None
             self._st = _VALUE
         elif st == _VALUE:
-            if not self._value_upto(ARG_END):
-                return False
-            self._st = _ARGS
+            return self._go(self._value_upto(ARG_END), _ARGS)
         elif st == _JSON_ATTRS:
             if self._tag_rest() is None:
                 return False
             self._st = _JSON
         elif st == _JSON:
-            if not self._args(eof):
-                return False
-            self._st = _JSON_END
+            return self._go(self._args(eof), _JSON_END)
         elif st == _JSON_END:  # the JSON form's closer, then the call's
-            if not self._expect_seq((JSON_END, CALL_END)):
-                return False
-            self._st = _AFTER
+            return self._go(self._expect_seq((JSON_END, CALL_END)), _AFTER)
         else:
             self._close(TOOLS_END, eof)
             return False

@@ -137,9 +137,7 @@ class CallParser(ParamBody):
             if not self.error:
                 self._st = _HEADER
         elif st == _HEADER:  # the recipient's header, the block's opener, the invoke's
-            if not self._expect_seq((MESSAGE, CALLS, INVOKE)):
-                return False
-            self._st = _NAME
+            return self._go(self._expect_seq((MESSAGE, CALLS, INVOKE)), _NAME)
         elif st == _NAME:
             name = self._attr_text('"', "bad function name", "<>\n")
             if name is None:
@@ -147,24 +145,16 @@ class CallParser(ParamBody):
             self._start(self._declared(name))
             self._st = _NAME_END
         elif st == _NAME_END:
-            if not self._expect(">"):
-                return False
-            self._st = _PARAMS
+            return self._go(self._expect(">"), _PARAMS)
         elif st == _PARAMS:
             found = self._param_or_close(PARAM, INVOKE_END)
             if not found:
                 return False
             self._st = _KEY if found == AT_PARAM else _AFTER
         elif st == _KEY:
-            key = self._attr_text('">', "bad parameter name")
-            if key is None:
-                return False
-            self._key = key
-            self._st = _VALUE
+            return self._go(self._key_upto('">', "bad parameter name"), _VALUE)
         elif st == _VALUE:
-            if not self._value_upto(PARAM_END):
-                return False
-            self._st = _PARAMS
+            return self._go(self._value_upto(PARAM_END), _PARAMS)
         else:
             self._close(CALLS_END, eof)
             return False

@@ -141,13 +141,9 @@ class CallParser(FramedBody):
                 return False
             self._st = _ARGS
         elif st == _ARGS:
-            if not self._json_args(eof):
-                return False
-            self._st = _END
+            return self._go(self._json_args(eof), _END)
         elif st == _LITERAL:
-            if not self._literal_args(eof):
-                return False
-            self._st = _END
+            return self._go(self._literal_args(eof), _END)
         elif st == _END:
             if self._close(CALL_END, eof) != FULL:
                 return False  # undecided, or no call end: the call is whole, the rest is text

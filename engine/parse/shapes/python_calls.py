@@ -113,9 +113,7 @@ class PythonCalls(FramedBody):
             else:
                 self._st = _NAME
         elif st == _JSON:
-            if not self._sub(eof):
-                return False
-            self._st = _AFTER
+            return self._go(self._sub(eof), _AFTER)
         elif st == _NAME:
             word = self._word(_NAME_CHARS)
             if not word:
