@@ -165,24 +165,18 @@ class CallParser(ParamBody):
                 if k < 0:
                     self._keep(len(CDATA_END))
                     return False
-                self._seg.append(b[:k])
-                self._eat(k + len(CDATA_END))
-                self._close_seg(True)
+                self._close_seg(True, k, CDATA_END)
                 continue
             k = b.find(PARAM_END)
             c = b.find(CDATA, 0, k if k >= 0 else len(b))
             if c >= 0:
-                self._seg.append(b[:c])
-                self._eat(c + len(CDATA))
-                self._close_seg(False)
+                self._close_seg(False, c, CDATA)
                 self._cdata = True
                 continue
             if k < 0:
                 self._keep(len(CDATA))
                 return False
-            self._seg.append(b[:k])
-            self._eat(k + len(PARAM_END))
-            self._close_seg(False)
+            self._close_seg(False, k, PARAM_END)
             self._join_value()
             self._st = _PARAMS
             return True
@@ -195,7 +189,10 @@ class CallParser(ParamBody):
             self._seg.append(self._buf[:safe])
             self._eat(safe)
 
-    def _close_seg(self, cdata: bool) -> None:
+    def _close_seg(self, cdata: bool, k: int, marker: str) -> None:
+        """The segment (CDATA or not) ends at `_buf[k]`, where `marker` stands: both consumed."""
+        self._seg.append(self._buf[:k])
+        self._eat(k + len(marker))
         self._segs.append((cdata, "".join(self._seg)))
         self._seg = []
         self._cdata = False
