@@ -1,4 +1,5 @@
-"""Helpers shared by the tool-call families: match results, prefix tests, the tools' schemas.
+"""Helpers shared by the tool-call families: match results, prefix tests, the tools' schemas,
+a value written as text or JSON.
 
 Typing a value by its parameter's schema lives in engine/parse/schema.py.
 

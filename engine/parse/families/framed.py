@@ -7,16 +7,18 @@ JSON scanner (engine/parse/families/hermes_json.py) applied to a bare arguments 
 opener tests of those families, a name followed by a marker (`name_at`, `word_then`,
 `call_or_word`); and `ParamBody`, the base of the readers whose arguments come one key/value
 parameter at a time (the tagged shape's `TaggedCall`, Kimi K3, Muse Glimmer, MiniCPM 5,
-MiniMax-M3): typing a value by the tool's schema, keeping a parameter, and streaming its
-`json.dumps` fragment, so the fragments join to exactly `json.dumps(arguments)`. Pure Python,
-run by whichever thread drives the parser.
+MiniMax-M3): reading a quoted name or key (`unescape`), the loop between parameters, typing a
+value by the tool's schema, keeping a parameter, and streaming its `json.dumps` fragment, so
+the fragments join to exactly `json.dumps(arguments)`. Pure Python, run by whichever thread
+drives the parser.
 
 A reader keeps the text it has not decided in `_buf` (`_pos` is the body offset of `_buf[0]`)
-and runs its own small state machine in `_run(eof)`; every decision waits until the text that
-decides it has arrived (a marker that is still a prefix holds), so the outcome is the same for
-every chunking. An error always names the body offset where the text resumes (`resume`): the
-parser then gives the raw text back to the channel it came from (docs/design.md, section 4,
-rule 7).
+and runs its own small state machine: `_run(eof)` steps it (`_step`, one state at a time, with
+the steps the readers share: `_opened`, `_expect_seq`, `_go`), or a reader runs
+its own loop; every decision waits until the text that decides it has arrived (a marker that
+is still a prefix holds), so the outcome is the same for every chunking. An error always names
+the body offset where the text resumes (`resume`): the parser then gives the raw text back to
+the channel it came from (docs/design.md, section 4, rule 7).
 """
 
 from __future__ import annotations
