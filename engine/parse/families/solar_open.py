@@ -110,11 +110,7 @@ class CallParser(FramedBody):
 
     def _step(self, st: int, eof: bool) -> bool:
         if st == _BEGIN:
-            if not self._ws():
-                return False
-            if self._lit(CALL) == PREFIX:
-                return False
-            self._st = _ID
+            return self._go(self._opened(CALL) is not None, _ID)
         elif st == _ID:
             k = _id_end(self._buf, 0)
             if k < 0:
@@ -135,11 +131,7 @@ class CallParser(FramedBody):
             self._start(word)
             self._st = _ARGS_TAG
         elif st == _ARGS_TAG:
-            if not self._ws():
-                return False
-            if not self._expect(CALL_ARGS):
-                return False
-            self._st = _ARGS
+            return self._go(self._expect_seq((CALL_ARGS,)), _ARGS)
         elif st == _ARGS:
             return self._go(self._json_args(eof), _END)
         elif st == _LITERAL:

@@ -97,11 +97,7 @@ class TaggedCall(ParamBody):
 
     def _step(self, st: int, eof: bool) -> bool:
         if st == _BEGIN:
-            if not self._ws():
-                return False
-            if self._func_open and self._any(self._func_open)[0] == PREFIX:
-                return False
-            self._st = _NAME
+            return self._go(self._opened(*self._func_open) is not None, _NAME)
         elif st == _NAME:
             name = self._word(self.NAME_CHARS)
             if not name:
