@@ -1,4 +1,5 @@
-"""Helpers shared by the tool-call families: match results, prefix tests, the tools' schemas.
+"""Helpers shared by the tool-call families: match results, prefix tests, the tools' schemas,
+a value written as text or JSON.
 
 Typing a value by its parameter's schema lives in engine/parse/schema.py.
 
@@ -85,6 +86,12 @@ def escape_fragment(s: str) -> str:
     """The JSON-string escape of s without quotes. Escaping is per code point, so escaping
     pieces and joining them equals escaping the whole (what json.dumps does)."""
     return json.dumps(s)[1:-1]
+
+
+def text_or_json(v) -> str:
+    """A parameter's value as the templates write it: a string as it is, anything else JSON
+    (booleans and None as JSON's words)."""
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
 
 def tool_schemas(tools) -> ToolSchemas:

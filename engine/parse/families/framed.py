@@ -7,16 +7,18 @@ JSON scanner (engine/parse/families/hermes_json.py) applied to a bare arguments 
 opener tests of those families, a name followed by a marker (`name_at`, `word_then`,
 `call_or_word`); and `ParamBody`, the base of the readers whose arguments come one key/value
 parameter at a time (the tagged shape's `TaggedCall`, Kimi K3, Muse Glimmer, MiniCPM 5,
-MiniMax-M3): typing a value by the tool's schema, keeping a parameter, and streaming its
-`json.dumps` fragment, so the fragments join to exactly `json.dumps(arguments)`. Pure Python,
-run by whichever thread drives the parser.
+MiniMax-M3): reading a quoted name or key (`unescape`), the loop between parameters, typing a
+value by the tool's schema, keeping a parameter, and streaming its `json.dumps` fragment, so
+the fragments join to exactly `json.dumps(arguments)`. Pure Python, run by whichever thread
+drives the parser.
 
 A reader keeps the text it has not decided in `_buf` (`_pos` is the body offset of `_buf[0]`)
-and runs its own small state machine in `_run(eof)`; every decision waits until the text that
-decides it has arrived (a marker that is still a prefix holds), so the outcome is the same for
-every chunking. An error always names the body offset where the text resumes (`resume`): the
-parser then gives the raw text back to the channel it came from (docs/design.md, section 4,
-rule 7).
+and runs its own small state machine: `_run(eof)` steps it (`_step`, one state at a time, with
+the steps the readers share: `_opened`, `_expect_seq`, `_go`), or a reader runs
+its own loop; every decision waits until the text that decides it has arrived (a marker that
+is still a prefix holds), so the outcome is the same for every chunking. An error always names
+the body offset where the text resumes (`resume`): the parser then gives the raw text back to
+the channel it came from (docs/design.md, section 4, rule 7).
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ from engine.parse.families.common import FULL, NONE, PREFIX, CallBody, Match, ma
 from engine.parse.schema import convert, param_types
 
 MAX_NAME = 256
+# What `ParamBody._param_or_close` found: a parameter's opener, the call's closer, the other.
+AT_PARAM, AT_CLOSE, AT_OTHER = 1, 2, 3
+
+
+def unescape(s: str) -> str:
+    """A quoted attribute's value as the templates escape it (`&quot;`, `&amp;`), read back."""
+    return s.replace("&quot;", '"').replace("&amp;", "&")
 
 
 def name_at(text: str, i: int, chars: str) -> tuple[Match, int]:
@@ -98,6 +107,8 @@ class FramedBody(CallBody):
         self._json: hermes_json.CallParser | None = None
         self._json_at = 0  # body offset where the arguments object's text began
         self._close_at = -1  # body offset where the whitespace before a closer began
+        self._st = 0  # the state `_run` steps (each reader numbers its own)
+        self._seq = 0  # how many of `_expect_seq`'s literals are consumed
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -114,7 +125,22 @@ class FramedBody(CallBody):
                 self.error = "unfinished"
 
     def _run(self, eof: bool) -> None:
+        """Run the state machine: `_step` the state in `_st` until the body is done or broken,
+        or a step waits for more text. (A reader may override this with its own loop.)"""
+        while not (self.done or self.error) and self._step(self._st, eof):
+            pass
+
+    def _step(self, st: int, eof: bool) -> bool:
+        """One step in state `st` (the reader's own numbering, kept in `_st`): False to wait
+        for more text (or once done or failed), True to go on."""
         raise NotImplementedError
+
+    def _go(self, read: bool, nxt: int) -> bool:
+        """A step that reads one thing: once it is `read`, the machine goes on in state `nxt`
+        (else it waits, or the body failed)."""
+        if read:
+            self._st = nxt
+        return read
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -142,6 +168,30 @@ class FramedBody(CallBody):
         if m == NONE:
             self._fail("expected " + lit)
         return m == FULL
+
+    def _opened(self, *lits: str) -> Match | None:
+        """At the body's start: whitespace, then the call's own opener (one of `lits`), there
+        after a section's opener and not where the parser matched the call's: FULL when one is
+        (consumed), NONE when none is; None while the text may still be one."""
+        if not self._ws():
+            return None
+        best = NONE
+        for lit in lits:
+            m = self._lit(lit)
+            if m == FULL:
+                return FULL
+            best = max(best, m)
+        return None if best == PREFIX else NONE
+
+    def _expect_seq(self, lits: tuple[str, ...]) -> bool:
+        """Whitespace then each of `lits` in turn, all required (`_expect`; how many are
+        consumed is kept across feeds): True once the last is consumed."""
+        while self._seq < len(lits):
+            if not self._ws() or not self._expect(lits[self._seq]):
+                return False
+            self._seq += 1
+        self._seq = 0
+        return True
 
     def _ws(self) -> bool:
         """Skip whitespace; True when something other than whitespace follows."""
@@ -286,11 +336,75 @@ class ParamBody(FramedBody):
             self.out.append(("args", text, self._pos))
 
     def _typed_value(self, key: str, raw: str):
-        """`raw` typed by the tool's schema for `key` (a Python literal read is a repair)."""
+        """`raw` typed by the tool's schema for `key` (a Python literal read is a repair). A
+        reader whose format types values itself overrides this (failing the body where a value
+        is not of its type)."""
         value, literal = convert(raw, param_types(self.schemas, self.name, key))
         if literal:
             self.repaired("Python literal")
         return value
+
+    def _value(self, raw: str) -> None:
+        """Keep parameter `_key` with its text `raw`, typed (`_typed_value`); a repeated key
+        keeps its first value (the repeat is not even typed, so it cannot break the call)."""
+        key = self._key
+        if key in self.arguments:
+            return
+        value = self._typed_value(key, raw)
+        if not self.error:
+            self._store(key, value)
+
+    def _value_upto(self, closer: str) -> bool:
+        """The value's text up to `closer` (consumed), kept as parameter `_key`; True once it
+        is, False while `closer` has not come (linear cost: `_upto`)."""
+        raw = self._upto(closer, self._val)
+        if raw is None:
+            return False
+        self._value(raw)
+        return True
+
+    def _key_upto(self, end: str, why: str) -> bool:
+        """A parameter's key written as a quoted attribute, up to `end` (`_attr_text`), kept
+        in `_key`; True once it is."""
+        key = self._attr_text(end, why)
+        if key is None:
+            return False
+        self._key = key
+        return True
+
+    def _attr_text(self, end: str, why: str, bad: str = "\n") -> str | None:
+        """A name or key written as a quoted attribute, up to `end` (consumed), `&quot;` and
+        `&amp;` read back; None while it may go on, or after failing the body (`why`) when it
+        is blank or holds one of `bad`."""
+        text = self._until(end, MAX_NAME)
+        if not text:
+            return None
+        text = unescape(text)
+        if not text.strip() or any(c in text for c in bad):
+            self._fail(why)
+            return None
+        return text
+
+    def _param_or_close(self, param: str, close: str, other: str = "") -> int:
+        """Between parameters: whitespace, then the next parameter's opener `param` (consumed:
+        AT_PARAM), the call's closer `close` (consumed, the streamed arguments closed:
+        AT_CLOSE) or, where the format has one, `other` (consumed: AT_OTHER); 0 while the text
+        may still be one of them, or after failing the body when it is none."""
+        if not self._ws():
+            return 0
+        m = self._lit(param)
+        if m == FULL:
+            return AT_PARAM
+        m2 = self._lit(close)
+        if m2 == FULL:
+            self._emit_args("}" if self._nparams else "{}")
+            return AT_CLOSE
+        m3 = self._lit(other) if other else NONE
+        if m3 == FULL:
+            return AT_OTHER
+        if PREFIX not in (m, m2, m3):
+            self._fail("expected " + param)
+        return 0
 
     def _store(self, key: str, value) -> None:
         """Keep a parameter and stream its fragment (the caller skips a repeated key)."""
@@ -301,6 +415,6 @@ class ParamBody(FramedBody):
 
 
 __all__ = [
-    "FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody", "JsonArgs", "ParamBody", "call_or_word",
-    "name_at", "word_then",
+    "AT_CLOSE", "AT_OTHER", "AT_PARAM", "FULL", "MAX_NAME", "NONE", "PREFIX", "FramedBody",
+    "JsonArgs", "ParamBody", "call_or_word", "name_at", "unescape", "word_then",
 ]

@@ -196,47 +196,44 @@ class CallParser(FramedBody):
         self._declared = True  # a function, or a built-in the request declared
         self._parts: list[str] = []  # a built-in's raw text read so far
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _RECIP:
-                word = self._word(_NAME_CHARS)
-                if not word:
-                    return
-                if word.startswith(_RECIPIENT) and len(word) > len(_RECIPIENT):
-                    self._start(word[len(_RECIPIENT):])
-                elif word in _NOT_CALLS or word.startswith(_RECIPIENT):
-                    self._fail(f"{word} is not a tool")
-                    return
-                else:
-                    self._builtin = word
-                    self._declared = word in self.schemas
-                    if self._declared:
-                        self._start(word)
-                self._st = _HEADER
-            elif st == _HEADER:
-                head = self._until(MESSAGE, _MAX_HEADER)
-                if not head:
-                    return
-                if not self._declared:
-                    # Shown as what it is: the header stays text, the message reads as text.
-                    self._fail(f"built-in tool {self._builtin} not declared")
-                    return
-                self._st = _BODY if self._builtin else _ARGS
-            elif st == _BODY:  # a built-in's message: JSON arguments, or its text
-                if not self._ws() and not eof:
-                    return
-                self._st = _ARGS if self._buf.startswith("{") else _RAW
-            elif st == _ARGS:
-                if not self._args(eof):
-                    return
-                self._st = _AFTER
-            elif st == _RAW:
-                if not self._raw(eof):
-                    return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _RECIP:
+            word = self._word(_NAME_CHARS)
+            if not word:
+                return False
+            if word.startswith(_RECIPIENT) and len(word) > len(_RECIPIENT):
+                self._start(word[len(_RECIPIENT):])
+            elif word in _NOT_CALLS or word.startswith(_RECIPIENT):
+                self._fail(f"{word} is not a tool")
+                return False
             else:
-                self._close(CALL_END, eof)
-                return
+                self._builtin = word
+                self._declared = word in self.schemas
+                if self._declared:
+                    self._start(word)
+            self._st = _HEADER
+        elif st == _HEADER:
+            head = self._until(MESSAGE, _MAX_HEADER)
+            if not head:
+                return False
+            if not self._declared:
+                # Shown as what it is: the header stays text, the message reads as text.
+                self._fail(f"built-in tool {self._builtin} not declared")
+                return False
+            self._st = _BODY if self._builtin else _ARGS
+        elif st == _BODY:  # a built-in's message: JSON arguments, or its text
+            if not self._ws() and not eof:
+                return False
+            self._st = _ARGS if self._buf.startswith("{") else _RAW
+        elif st == _ARGS:
+            return self._go(self._args(eof), _AFTER)
+        elif st == _RAW:
+            if not self._raw(eof):
+                return False
+        else:
+            self._close(CALL_END, eof)
+            return False
+        return True
 
     def _raw(self, eof: bool) -> bool:
         """A declared built-in's text up to `<|call|>` (consumed), `<|end|>`, `<|return|>` or

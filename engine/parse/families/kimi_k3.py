@@ -35,10 +35,8 @@ stays reasoning text (only `<|close|>think<|sep|>`, or a real call, ends the thi
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.parse.families.framed import ParamBody, word_then
+from engine.parse.families.common import FULL, NONE, Match, match_literal, text_or_json
+from engine.parse.families.framed import AT_CLOSE, AT_PARAM, ParamBody, unescape, word_then
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 from engine.parse.schema import STRING, convert, fits
@@ -69,10 +67,9 @@ PRESERVED_TOKENS = (OPEN, CLOSE, SEP, END_OF_MSG)
 TYPES = {"number": frozenset({"number", "integer"}), "integer": frozenset({"integer"}),
          "boolean": frozenset({"boolean"}), "null": frozenset({"null"}),
          "object": frozenset({"object"}), "array": frozenset({"array"})}
-_MAX_NAME = 256
 _MAX_ATTRS = 128
 (_BEGIN, _NAME, _CALL_ATTRS, _ARGS, _KEY, _ARG_ATTRS, _VALUE, _JSON_ATTRS, _JSON, _JSON_END,
- _CALL_END, _AFTER) = range(12)
+ _AFTER) = range(11)
 
 
 def match_opener(text: str, i: int) -> Match:
@@ -84,11 +81,6 @@ def match_opener(text: str, i: int) -> Match:
     if m != FULL:
         return m
     return word_then(text, i + len('tool="'), NAME_CHARS, ('"',))
-
-
-def unescape(s: str) -> str:
-    """An attribute value as the template escapes it, read back."""
-    return s.replace("&quot;", '"').replace("&amp;", "&")
 
 
 def escape(s: str) -> str:
@@ -115,94 +107,51 @@ class CallParser(ParamBody):
         self._types: frozenset[str] | None = None  # from the argument's `type`; None: schema
         self._raw_string = False
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:
-                if not self._ws():
-                    return
-                m = self._lit(CALL_TOOL)
-                if m == PREFIX:
-                    return
-                if m == NONE and not self._expect('tool="'):
-                    return
-                self._st = _NAME
-            elif st == _NAME:
-                name = self._until('"', _MAX_NAME)
-                if not name:
-                    return
-                name = unescape(name)
-                if not name.strip() or any(c in name for c in "<>\n"):
-                    self._fail("bad function name")
-                    return
-                self._start(name)
-                self._st = _CALL_ATTRS
-            elif st == _CALL_ATTRS:  # the rest of the call's tag (` index="1"`)
-                if self._tag_rest() is None:
-                    return
-                self._st = _ARGS
-            elif st == _ARGS:
-                if not self._ws():
-                    return
-                m = self._lit(ARG)
-                if m == FULL:
-                    self._st = _KEY
-                    continue
-                m2 = self._lit(CALL_END)
-                if m2 == FULL:
-                    self._emit_args("}" if self._nparams else "{}")
-                    self._st = _AFTER
-                    continue
-                m3 = self._lit(JSON_OPEN) if not self._nparams else NONE
-                if m3 == FULL:
-                    self._st = _JSON_ATTRS
-                    continue
-                if PREFIX in (m, m2, m3):
-                    return
-                self._fail("expected " + ARG)
-            elif st == _KEY:
-                key = self._until('"', _MAX_NAME)
-                if not key:
-                    return
-                key = unescape(key)
-                if not key.strip() or "\n" in key:
-                    self._fail("bad argument key")
-                    return
-                self._key = key
-                self._st = _ARG_ATTRS
-            elif st == _ARG_ATTRS:
-                attrs = self._tag_rest()
-                if attrs is None:
-                    return
-                kind = _attr(attrs, "type")
-                self._raw_string = kind == STRING
-                self._types = TYPES.get(kind) if kind is not None else None
-                self._st = _VALUE
-            elif st == _VALUE:
-                raw = self._upto(ARG_END, self._val)
-                if raw is None:
-                    return
-                self._value(raw)
-                self._st = _ARGS
-            elif st == _JSON_ATTRS:
-                if self._tag_rest() is None:
-                    return
-                self._st = _JSON
-            elif st == _JSON:
-                if not self._args(eof):
-                    return
-                self._st = _JSON_END
-            elif st == _JSON_END:
-                if not self._ws() or not self._expect(JSON_END):
-                    return
-                self._st = _CALL_END
-            elif st == _CALL_END:
-                if not self._ws() or not self._expect(CALL_END):
-                    return
-                self._st = _AFTER
-            else:
-                self._close(TOOLS_END, eof)
-                return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _BEGIN:
+            m = self._opened(CALL_TOOL)  # else the parser matched it: `tool="` is left
+            if m is None or (m == NONE and not self._expect('tool="')):
+                return False
+            self._st = _NAME
+        elif st == _NAME:
+            name = self._attr_text('"', "bad function name", "<>\n")
+            if name is None:
+                return False
+            self._start(name)
+            self._st = _CALL_ATTRS
+        elif st == _CALL_ATTRS:  # the rest of the call's tag (` index="1"`)
+            if self._tag_rest() is None:
+                return False
+            self._st = _ARGS
+        elif st == _ARGS:  # the JSON form only where no argument came before it
+            found = self._param_or_close(ARG, CALL_END, "" if self._nparams else JSON_OPEN)
+            if not found:
+                return False
+            self._st = _KEY if found == AT_PARAM else _AFTER if found == AT_CLOSE else _JSON_ATTRS
+        elif st == _KEY:
+            return self._go(self._key_upto('"', "bad argument key"), _ARG_ATTRS)
+        elif st == _ARG_ATTRS:
+            attrs = self._tag_rest()
+            if attrs is None:
+                return False
+            kind = _attr(attrs, "type")
+            self._raw_string = kind == STRING
+            self._types = TYPES.get(kind) if kind is not None else None
+            self._st = _VALUE
+        elif st == _VALUE:
+            return self._go(self._value_upto(ARG_END), _ARGS)
+        elif st == _JSON_ATTRS:
+            if self._tag_rest() is None:
+                return False
+            self._st = _JSON
+        elif st == _JSON:
+            return self._go(self._args(eof), _JSON_END)
+        elif st == _JSON_END:  # the JSON form's closer, then the call's
+            return self._go(self._expect_seq((JSON_END, CALL_END)), _AFTER)
+        else:
+            self._close(TOOLS_END, eof)
+            return False
+        return True
 
     def _tag_rest(self) -> str | None:
         """The attributes left in the open tag, up to its `<|sep|>` (consumed); None while it
@@ -216,22 +165,19 @@ class CallParser(ParamBody):
             return None
         return attrs
 
-    def _value(self, raw: str) -> None:
-        key = self._key
-        if key in self.arguments:  # a repeat: the first value stays
-            return
+    def _typed_value(self, key: str, raw: str):
+        """The value as its `type` attribute says (a string raw; the body fails when it is not
+        of that type), else typed by the schema."""
         if self._raw_string:
-            value = raw
-        elif self._types is not None:
-            value, repaired = convert(raw, self._types)
-            if not fits(value, self._types):
-                self._fail(f"{key} is not {'/'.join(sorted(self._types))}")
-                return
-            if repaired:
-                self.repaired("Python literal")
-        else:
-            value = self._typed_value(key, raw)
-        self._store(key, value)
+            return raw
+        if self._types is None:
+            return super()._typed_value(key, raw)
+        value, repaired = convert(raw, self._types)
+        if not fits(value, self._types):
+            self._fail(f"{key} is not {'/'.join(sorted(self._types))}")
+        elif repaired:
+            self.repaired("Python literal")
+        return value
 
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
@@ -254,10 +200,8 @@ def xtml_type(v) -> str:
 
 
 def _write_call(call, index: int) -> str:
-    args = "".join(
-        f'{ARG}{escape(k)}" type="{xtml_type(v)}"{SEP}'
-        f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}{ARG_END}"
-        for k, v in call.arguments.items())
+    args = "".join(f'{ARG}{escape(k)}" type="{xtml_type(v)}"{SEP}{text_or_json(v)}{ARG_END}'
+                   for k, v in call.arguments.items())
     return f'{CALL_TOOL}{escape(call.name)}" index="{index + 1}"{SEP}{args}{CALL_END}'
 
 

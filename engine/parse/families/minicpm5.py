@@ -44,10 +44,8 @@ reasoning (vLLM reads calls after the last `</think>` only).
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
-from engine.parse.families.framed import MAX_NAME, ParamBody
+from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, text_or_json
+from engine.parse.families.framed import AT_PARAM, MAX_NAME, ParamBody
 from engine.parse.families.registry import CallGrammar, Family, register, think_writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 
@@ -99,49 +97,40 @@ class CallParser(ParamBody):
         self._seg: list[str] = []  # the current segment's text (raw or CDATA)
         self._segs: list[tuple[bool, str]] = []  # (is CDATA, text) of the value so far
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st in (_BEGIN, _PGAP):  # whitespace, then `name="`
-                before = self._pos
-                more = self._ws()
-                self._gap = self._gap or self._pos > before
-                if not more:
-                    return
-                if not self._expect(NAME_ATTR):
-                    return
-                if not self._gap:
-                    self.repaired(_COLLAPSED)
-                self._st = _NAME if st == _BEGIN else _KEY
-            elif st in (_NAME, _KEY):
-                word = self._name()
-                if not word:
-                    return
-                if st == _NAME:
-                    self._start(word)
-                    self._st = _PARAMS
-                else:
-                    self._key = word
-                    self._segs, self._seg, self._cdata = [], [], False
-                    self._st = _VALUE
-            elif st == _PARAMS:
-                if not self._ws():
-                    return
-                m = self._lit(PARAM)
-                if m == FULL:
-                    self._gap = False
-                    self._st = _PGAP
-                    continue
-                m2 = self._lit(FUNC_END)
-                if m2 == FULL:
-                    self._emit_args("}" if self._nparams else "{}")
-                    self.done, self.end = True, self._pos
-                    return
-                if PREFIX in (m, m2):
-                    return
-                self._fail("expected " + PARAM)
-            elif not self._value_text():  # _VALUE
-                return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st in (_BEGIN, _PGAP):  # whitespace, then `name="`
+            before = self._pos
+            more = self._ws()
+            self._gap = self._gap or self._pos > before
+            if not more:
+                return False
+            if not self._expect(NAME_ATTR):
+                return False
+            if not self._gap:
+                self.repaired(_COLLAPSED)
+            self._st = _NAME if st == _BEGIN else _KEY
+        elif st in (_NAME, _KEY):
+            word = self._name()
+            if not word:
+                return False
+            if st == _NAME:
+                self._start(word)
+                self._st = _PARAMS
+            else:
+                self._key = word
+                self._segs, self._seg, self._cdata = [], [], False
+                self._st = _VALUE
+        elif st == _PARAMS:
+            found = self._param_or_close(PARAM, FUNC_END)
+            if found == AT_PARAM:
+                self._gap = False
+                self._st = _PGAP
+            elif found:  # the call's end
+                self.done, self.end = True, self._pos
+            return bool(found)
+        elif not self._value_text():  # _VALUE
+            return False
+        return True
 
     def _name(self) -> str | None:
         """A name up to its closing `">` (both consumed): None while it may go on, "" with the
@@ -176,25 +165,19 @@ class CallParser(ParamBody):
                 if k < 0:
                     self._keep(len(CDATA_END))
                     return False
-                self._seg.append(b[:k])
-                self._eat(k + len(CDATA_END))
-                self._close_seg(True)
+                self._close_seg(True, k, CDATA_END)
                 continue
             k = b.find(PARAM_END)
             c = b.find(CDATA, 0, k if k >= 0 else len(b))
             if c >= 0:
-                self._seg.append(b[:c])
-                self._eat(c + len(CDATA))
-                self._close_seg(False)
+                self._close_seg(False, c, CDATA)
                 self._cdata = True
                 continue
             if k < 0:
                 self._keep(len(CDATA))
                 return False
-            self._seg.append(b[:k])
-            self._eat(k + len(PARAM_END))
-            self._close_seg(False)
-            self._value()
+            self._close_seg(False, k, PARAM_END)
+            self._join_value()
             self._st = _PARAMS
             return True
 
@@ -206,23 +189,23 @@ class CallParser(ParamBody):
             self._seg.append(self._buf[:safe])
             self._eat(safe)
 
-    def _close_seg(self, cdata: bool) -> None:
+    def _close_seg(self, cdata: bool, k: int, marker: str) -> None:
+        """The segment (CDATA or not) ends at `_buf[k]`, where `marker` stands: both consumed."""
+        self._seg.append(self._buf[:k])
+        self._eat(k + len(marker))
         self._segs.append((cdata, "".join(self._seg)))
         self._seg = []
         self._cdata = False
 
-    def _value(self) -> None:
+    def _join_value(self) -> None:
+        """The value's segments joined, one newline stripped at each end outside CDATA."""
         segs = self._segs
         texts = [t for _, t in segs]
         if not segs[0][0] and texts[0].startswith("\n"):
             texts[0] = texts[0][1:]
         if not segs[-1][0] and texts[-1].endswith("\n"):
             texts[-1] = texts[-1][:-1]
-        raw = "".join(texts)
-        key = self._key
-        if key in self.arguments:  # a repeat: the first value stays
-            return
-        self._store(key, self._typed_value(key, raw))
+        self._value("".join(texts))
 
 
 def _write_text(text: str) -> str:
@@ -236,7 +219,7 @@ def _write_text(text: str) -> str:
 def _write_call(call, index: int) -> str:
     params = "".join(
         f'{PARAM} {NAME_ATTR}{k}">'
-        f"{_write_text(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))}"
+        f"{_write_text(text_or_json(v))}"
         f"{PARAM_END}"
         for k, v in call.arguments.items())
     return f'{FUNC} {NAME_ATTR}{call.name}">{params}{FUNC_END}'

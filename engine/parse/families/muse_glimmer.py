@@ -44,10 +44,16 @@ begins: no anomaly), while a bare `to=NAME<|message|>` call there counts only at
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, skip_ws
-from engine.parse.families.framed import ParamBody, name_at
+from engine.parse.families.common import (
+    FULL,
+    NONE,
+    PREFIX,
+    Match,
+    match_literal,
+    skip_ws,
+    text_or_json,
+)
+from engine.parse.families.framed import AT_PARAM, ParamBody, name_at
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
 
@@ -80,8 +86,7 @@ MARKERS = Markers(
 PRESERVED_TOKENS = (START, MESSAGE, EOM, EOT, END_OF_TEXT, CALLS, CALLS_END, "<atem:invoke",
                     INVOKE_END, "<atem:parameter", PARAM_END)
 
-_MAX_NAME = 256
-_BEGIN, _HEADER, _CALLS, _INVOKE, _NAME, _NAME_END, _PARAMS, _KEY, _VALUE, _AFTER = range(10)
+_BEGIN, _HEADER, _NAME, _NAME_END, _PARAMS, _KEY, _VALUE, _AFTER = range(8)
 
 
 def match_opener(text: str, i: int) -> Match:
@@ -105,10 +110,6 @@ def match_opener(text: str, i: int) -> Match:
     return match_literal(text, j, CALLS)
 
 
-def unescape(s: str) -> str:
-    return s.replace("&quot;", '"').replace("&amp;", "&")
-
-
 class CallParser(ParamBody):
     """One invoke, read after `to=` (the recipient, its header and the block's opener first),
     after the block's opener, or after an invoke's opener."""
@@ -117,88 +118,47 @@ class CallParser(ParamBody):
         super().__init__(schemas, stream)
         self._st = _BEGIN
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:
-                if not self._ws():
-                    return
-                m = self._lit(INVOKE)
-                if m == PREFIX:
-                    return
-                if m == FULL:
-                    self._st = _NAME
-                    continue
-                m = match_literal(self._buf, self._name_end(), '">')
-                if m == PREFIX:
-                    return
-                if m == FULL:
-                    self._st = _NAME  # the body began at the invoke's name
-                    continue
-                if self._word(NAME_CHARS) is None:  # the recipient
-                    return
-                if not self.error:
-                    self._st = _HEADER
-            elif st == _HEADER:
-                if not self._ws() or not self._expect(MESSAGE):
-                    return
-                self._st = _CALLS
-            elif st == _CALLS:
-                if not self._ws() or not self._expect(CALLS):
-                    return
-                self._st = _INVOKE
-            elif st == _INVOKE:
-                if not self._ws() or not self._expect(INVOKE):
-                    return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _BEGIN:
+            m = self._opened(INVOKE)
+            if m is None:
+                return False
+            if m == FULL:
                 self._st = _NAME
-            elif st == _NAME:
-                name = self._until('"', _MAX_NAME)
-                if not name:
-                    return
-                name = unescape(name)
-                if not name.strip() or any(c in name for c in "<>\n"):
-                    self._fail("bad function name")
-                    return
-                self._start(self._declared(name))
-                self._st = _NAME_END
-            elif st == _NAME_END:
-                if not self._expect(">"):
-                    return
-                self._st = _PARAMS
-            elif st == _PARAMS:
-                if not self._ws():
-                    return
-                m = self._lit(PARAM)
-                if m == FULL:
-                    self._st = _KEY
-                    continue
-                m2 = self._lit(INVOKE_END)
-                if m2 == FULL:
-                    self._emit_args("}" if self._nparams else "{}")
-                    self._st = _AFTER
-                    continue
-                if PREFIX in (m, m2):
-                    return
-                self._fail("expected " + PARAM)
-            elif st == _KEY:
-                key = self._until('">', _MAX_NAME)
-                if not key:
-                    return
-                key = unescape(key)
-                if not key.strip() or "\n" in key:
-                    self._fail("bad parameter name")
-                    return
-                self._key = key
-                self._st = _VALUE
-            elif st == _VALUE:
-                raw = self._upto(PARAM_END, self._val)
-                if raw is None:
-                    return
-                self._value(raw)
-                self._st = _PARAMS
-            else:
-                self._close(CALLS_END, eof)
-                return
+                return True
+            m = match_literal(self._buf, self._name_end(), '">')
+            if m == PREFIX:
+                return False
+            if m == FULL:
+                self._st = _NAME  # the body began at the invoke's name
+                return True
+            if self._word(NAME_CHARS) is None:  # the recipient
+                return False
+            if not self.error:
+                self._st = _HEADER
+        elif st == _HEADER:  # the recipient's header, the block's opener, the invoke's
+            return self._go(self._expect_seq((MESSAGE, CALLS, INVOKE)), _NAME)
+        elif st == _NAME:
+            name = self._attr_text('"', "bad function name", "<>\n")
+            if name is None:
+                return False
+            self._start(self._declared(name))
+            self._st = _NAME_END
+        elif st == _NAME_END:
+            return self._go(self._expect(">"), _PARAMS)
+        elif st == _PARAMS:
+            found = self._param_or_close(PARAM, INVOKE_END)
+            if not found:
+                return False
+            self._st = _KEY if found == AT_PARAM else _AFTER
+        elif st == _KEY:
+            return self._go(self._key_upto('">', "bad parameter name"), _VALUE)
+        elif st == _VALUE:
+            return self._go(self._value_upto(PARAM_END), _PARAMS)
+        else:
+            self._close(CALLS_END, eof)
+            return False
+        return True
 
     def _name_end(self) -> int:
         """Where a name at the start of the buffer ends (its length; the buffer's when it may
@@ -219,12 +179,6 @@ class CallParser(ParamBody):
                 return head
         return name
 
-    def _value(self, raw: str) -> None:
-        key = self._key
-        if key in self.arguments:  # a repeat: the first value stays
-            return
-        self._store(key, self._typed_value(key, raw))
-
 
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
@@ -232,14 +186,8 @@ __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 # --- the writer ---------------------------------------------------------------------------------
 
 
-def _write_value(v) -> str:
-    """A value as the template writes it: a string as is, booleans and None as JSON words,
-    lists and objects as JSON."""
-    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-
-
 def _write_call(call, index: int) -> str:
-    params = "".join(f'{PARAM}{k}">{_write_value(v)}{PARAM_END}\n'
+    params = "".join(f'{PARAM}{k}">{text_or_json(v)}{PARAM_END}\n'
                      for k, v in call.arguments.items())
     return (f" {TO}{call.name}{MESSAGE}{CALLS}\n{INVOKE}{call.name}\">\n{params}{INVOKE_END}\n"
             f"{CALLS_END}")

@@ -1,8 +1,8 @@
 """ByteDance Seed-OSS: `<seed:think>` reasoning and Qwen-XML bodies in `<seed:tool_call>` sections.
 
 Owns the family's markers, the reader of one call (Qwen XML's reader, engine/parse/families/
-qwen_xml.py, closed by Seed's own section end), its writer and forced-call grammar. Run by
-whichever thread drives the parser.
+qwen_xml.py, closed by Seed's own section end) and its record (`FORMAT`, the tagged shape: the
+writer and forced-call grammar come from it). Run by whichever thread drives the parser.
 
     <seed:think>The user wants the weather.</seed:think>
     Checking.
@@ -38,12 +38,12 @@ findall; llama.cpp takes one function per section); a complete call is accepted 
 
 from __future__ import annotations
 
-import json
-
 from engine.parse.families import qwen_xml
 from engine.parse.families.common import FULL, PREFIX, match_literal, skip_ws
 from engine.parse.families.registry import CallGrammar, Family, Writer, register
 from engine.parse.markers import Markers
+from engine.parse.shapes import tagged
+from engine.parse.shapes.record import TAGGED, CallFormat
 
 NAME = "seed-oss"
 THINK_OPEN = "<seed:think>"
@@ -116,34 +116,20 @@ class CallParser(qwen_xml.CallParser):
         return CallParser(self.schemas, self.stream) if self._more else None
 
 
-def _write_value(v) -> str:
-    """A value as the template writes it (unpadded), read back whole: a string raw, anything
-    else JSON; the reader strips one leading and one trailing newline, so a string that
-    begins or ends with one gets one more there."""
-    if not isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    return ("\n" if v.startswith("\n") else "") + v + ("\n" if v.endswith("\n") else "")
-
-
-def _write_call(call, index: int) -> str:
-    params = "".join(f"{PARAM}{k}>{_write_value(v)}{PARAM_END}\n"
-                     for k, v in call.arguments.items())
-    return f"{SECTION}\n{FUNC}{call.name}>\n{params}{FUNC_END}\n{SECTION_END}"
-
-
-def _grammar_call(w, i: int, fn: dict) -> str:
-    """A forced call as GBNF (`w`: engine/grammar/writer.py's Writer), as the template writes
-    one call."""
-    params = w.tagged(i, fn, PARAM, lambda raw: ">", PARAM_END + "\n", PARAM_END)
-    head = f"{SECTION}\n{FUNC}{fn['name']}>\n"
-    return f"{w.seq(head)} {params} {w.seq(FUNC_END + chr(10) + SECTION_END)}"
+# The syntax as data: the writer and the forced-call grammar come from the tagged shape's
+# engine (one section a call, as the template writes the history, values unpadded); the reader
+# above is Qwen's, closed by Seed's section.
+FORMAT = CallFormat(TAGGED, call=SECTION + "\n" + FUNC, name_end=">\n", param=PARAM,
+                    key_end=">", value_end=PARAM_END + "\n",
+                    call_end=FUNC_END + "\n" + SECTION_END, sep="\n")
 
 
 FAMILY = register(Family(
     name=NAME, models="ByteDance Seed-OSS-36B", markers=MARKERS, match_opener=match_opener,
     call_parser=CallParser,
-    writer=Writer(_write_call, reasoning_open=THINK_OPEN, reasoning_close=THINK_CLOSE + "\n"),
+    writer=Writer(tagged.write_call(FORMAT), reasoning_open=THINK_OPEN,
+                  reasoning_close=THINK_CLOSE + "\n"),
     detect=(SECTION, THINK_OPEN), supersedes=("qwen-xml",),
     stops=(EOS,), preserved_tokens=PRESERVED_TOKENS, thinking=True, pack=NAME,
-    grammar=CallGrammar(_grammar_call, sep="\n"),
+    grammar=CallGrammar(tagged.grammar_call(FORMAT), sep=FORMAT.sep),
 ))

@@ -108,56 +108,43 @@ class CallParser(FramedBody):
         self._bad: tuple[str, int] = ("", 0)  # why the arguments are not JSON, where it resumes
         self._parts: list[str] = []
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:
-                if not self._ws():
-                    return
-                if self._lit(CALL) == PREFIX:
-                    return
-                self._st = _ID
-            elif st == _ID:
-                k = _id_end(self._buf, 0)
-                if k < 0:
-                    self._fail("bad call id")
-                    return
-                if k == len(self._buf):
-                    return  # the id may go on
-                if k:
-                    self.call_id = self._buf[:k]  # the model's own id: kept
-                    self._eat(k)
-                if not self._expect(CALL_NAME):
-                    return
-                self._st = _NAME
-            elif st == _NAME:
-                word = self._word(_NAME_CHARS)
-                if not word:
-                    return
-                self._start(word)
-                self._st = _ARGS_TAG
-            elif st == _ARGS_TAG:
-                if not self._ws():
-                    return
-                if not self._expect(CALL_ARGS):
-                    return
-                self._st = _ARGS
-            elif st == _ARGS:
-                if not self._json_args(eof):
-                    return
-                self._st = _END
-            elif st == _LITERAL:
-                if not self._literal_args(eof):
-                    return
-                self._st = _END
-            elif st == _END:
-                if self._close(CALL_END, eof) != FULL:
-                    return  # undecided, or no call end: the call is whole, the rest is text
-                self.done = False
-                self._st = _SECTION
-            else:
-                self._close(CALLS_END, eof)
-                return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _BEGIN:
+            return self._go(self._opened(CALL) is not None, _ID)
+        elif st == _ID:
+            k = _id_end(self._buf, 0)
+            if k < 0:
+                self._fail("bad call id")
+                return False
+            if k == len(self._buf):
+                return False  # the id may go on
+            if k:
+                self.call_id = self._buf[:k]  # the model's own id: kept
+                self._eat(k)
+            if not self._expect(CALL_NAME):
+                return False
+            self._st = _NAME
+        elif st == _NAME:
+            word = self._word(_NAME_CHARS)
+            if not word:
+                return False
+            self._start(word)
+            self._st = _ARGS_TAG
+        elif st == _ARGS_TAG:
+            return self._go(self._expect_seq((CALL_ARGS,)), _ARGS)
+        elif st == _ARGS:
+            return self._go(self._json_args(eof), _END)
+        elif st == _LITERAL:
+            return self._go(self._literal_args(eof), _END)
+        elif st == _END:
+            if self._close(CALL_END, eof) != FULL:
+                return False  # undecided, or no call end: the call is whole, the rest is text
+            self.done = False
+            self._st = _SECTION
+        else:
+            self._close(CALLS_END, eof)
+            return False
+        return True
 
     # -- the arguments: JSON as it streams, else a Python literal --------------------------------
 

@@ -197,63 +197,62 @@ class CallList(FramedBody):
         (or there is none); False while undecided, or after failing the body."""
         return True
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:
-                if not self._prelude(eof):
-                    return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _BEGIN:
+            if not self._prelude(eof):
+                return False
+            if not self._ws():
+                return False
+            if self._buf[0] == "[":
+                self._eat(1)
+                self._listed = True
+            elif not self.single:
+                self._fail("expected [")
+                return False
+            self._st = _ELEM
+        elif st == _ELEM:
+            if self._json is None:
                 if not self._ws():
-                    return
-                if self._buf[0] == "[":
-                    self._eat(1)
-                    self._listed = True
-                elif not self.single:
-                    self._fail("expected [")
-                    return
-                self._st = _ELEM
-            elif st == _ELEM:
-                if self._json is None:
-                    if not self._ws():
-                        return
-                    if self._buf[0] != "{":
-                        self._fail("expected {")
-                        return
-                    self._json = self.element(self.schemas, self.stream)
-                    self._json.seen = self._seen
-                    self._json_at = self._pos
-                whole = self._sub(eof)
-                self.call_id = self._json.call_id  # set before the name: the first event has it
-                if not whole:
-                    return
-                self._st = _AFTER if self._listed else _END
-            elif st == _AFTER:  # after an object of the list: `,` (another follows) or `]`
-                if self._close_at < 0:
-                    self._close_at = self._pos
-                if not self._ws() and not eof:
-                    return
-                b = self._buf
-                if b[:1] == ",":
-                    self._more = True
-                    self._eat(1)
-                    self.done, self.end = True, self._pos
-                    self._close_at = -1
-                elif b[:1] == "]":
-                    self._eat(1)
-                    self._close_at = -1
-                    self._st = _END
-                elif b and self.repair_close:
-                    self._unclosed(eof)
-                    return
-                else:  # the list just stops: the call is whole, what follows is text
-                    self.done, self.end = True, self._close_at
-                    self._close_at = -1
+                    return False
+                if self._buf[0] != "{":
+                    self._fail("expected {")
+                    return False
+                self._json = self.element(self.schemas, self.stream)
+                self._json.seen = self._seen
+                self._json_at = self._pos
+            whole = self._sub(eof)
+            self.call_id = self._json.call_id  # set before the name: the first event has it
+            if not whole:
+                return False
+            self._st = _AFTER if self._listed else _END
+        elif st == _AFTER:  # after an object of the list: `,` (another follows) or `]`
+            if self._close_at < 0:
+                self._close_at = self._pos
+            if not self._ws() and not eof:
+                return False
+            b = self._buf
+            if b[:1] == ",":
+                self._more = True
+                self._eat(1)
+                self.done, self.end = True, self._pos
+                self._close_at = -1
+            elif b[:1] == "]":
+                self._eat(1)
+                self._close_at = -1
+                self._st = _END
+            elif b and self.repair_close:
+                self._unclosed(eof)
+                return False
+            else:  # the list just stops: the call is whole, what follows is text
+                self.done, self.end = True, self._close_at
+                self._close_at = -1
+        else:
+            if self.closers:
+                self._close(self.closers, eof)
             else:
-                if self.closers:
-                    self._close(self.closers, eof)
-                else:
-                    self.done, self.end = True, self._pos
-                return
+                self.done, self.end = True, self._pos
+            return False
+        return True
 
     def _unclosed(self, eof: bool) -> None:
         """After an object, neither `,` nor `]`: the list's closer (consumed) or text ends the

@@ -92,113 +92,112 @@ class NameJsonCall(FramedBody):
             self.call_id = word
         self._start(name)
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:
-                if not self._ws():
-                    return
-                if self.CALL and self._any(self.CALL) == PREFIX:
-                    return
-                self._st = _NAME
-            elif st == _NAME:  # whitespace may stand between the call's tag and its name
-                if not self._ws():
-                    return
-                word = self._word(self.NAME_CHARS)
-                if not word:
-                    return
-                self._word_seen = word
-                self._st = _ID if self.ID_TAG else _NAME_END
-            elif st == _ID:  # an optional `[CALL_ID]id` before the name's end
-                b = self._buf
-                m = match_literal(b, 0, self.ID_TAG)
-                if m == PREFIX:
-                    return
-                if m == FULL:
-                    k = len(self.ID_TAG)
-                    while k < len(b) and (b[k].isalnum() or b[k] in self.NAME_CHARS):
-                        k += 1
-                    if k == len(b):
-                        return  # the id may go on
-                    self.call_id = b[len(self.ID_TAG):k] or None  # the model's own: kept
-                    self._eat(k)
-                self._st = _NAME_END
-            elif st == _NAME_END:
-                if not self._ws():
-                    return
-                m = self._any(self.NAME_END)
-                if m == PREFIX:
-                    return
-                if m == NONE and "" not in self.NAME_END:
-                    self._fail("expected " + self.NAME_END[0])
-                    return
-                self._st = _AFTER_NAME
-            elif st == _AFTER_NAME:  # the arguments, a fence, or (typed) the name after a type
-                if not self._ws():
-                    return
-                c = self._buf[0]
-                if c == "{" or (self.FENCE and c == "`"):
-                    self._name(self._word_seen)
-                    self._st = _ARGS if c == "{" else _FENCE_OPEN
-                elif self.TYPED and not self._typed and (c.isalnum() or c in self.NAME_CHARS):
-                    self._typed = True
-                    self._st = _TYPED_NAME
-                else:
-                    self._fail("expected arguments")
-            elif st == _TYPED_NAME:
-                word = self._word(self.NAME_CHARS)
-                if not word:
-                    return
-                self._word_seen = word
-                self._st = _AFTER_NAME
-            elif st == _FENCE_OPEN:  # ```json, then the arguments on the next line
-                b = self._buf
-                k = b.find("{", 0, _MAX_FENCE + 1)
-                if k < 0:
-                    if len(b) > _MAX_FENCE or not _FENCE.startswith(b[:3]):
-                        self._fail("expected arguments")
-                    return
-                if not _FENCE_HEAD.fullmatch(b[:k]):
-                    self._fail("expected arguments")
-                    return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _BEGIN:
+            if not self._ws():
+                return False
+            if self.CALL and self._any(self.CALL) == PREFIX:
+                return False
+            self._st = _NAME
+        elif st == _NAME:  # whitespace may stand between the call's tag and its name
+            if not self._ws():
+                return False
+            word = self._word(self.NAME_CHARS)
+            if not word:
+                return False
+            self._word_seen = word
+            self._st = _ID if self.ID_TAG else _NAME_END
+        elif st == _ID:  # an optional `[CALL_ID]id` before the name's end
+            b = self._buf
+            m = match_literal(b, 0, self.ID_TAG)
+            if m == PREFIX:
+                return False
+            if m == FULL:
+                k = len(self.ID_TAG)
+                while k < len(b) and (b[k].isalnum() or b[k] in self.NAME_CHARS):
+                    k += 1
+                if k == len(b):
+                    return False  # the id may go on
+                self.call_id = b[len(self.ID_TAG):k] or None  # the model's own: kept
                 self._eat(k)
-                self._fenced = True
-                self._st = _ARGS
-            elif st == _ARGS:
-                if not self._args(eof):
-                    return
-                self._st = _FENCE_CLOSE if self._fenced else _END
-            elif st == _FENCE_CLOSE:  # the fence's end is optional; nothing after it at eof
-                if not self._ws() or (m := self._lit(_FENCE)) == PREFIX:
-                    if eof:
-                        self.done, self.end = True, self._pos
-                    return
-                if m == NONE:
+            self._st = _NAME_END
+        elif st == _NAME_END:
+            if not self._ws():
+                return False
+            m = self._any(self.NAME_END)
+            if m == PREFIX:
+                return False
+            if m == NONE and "" not in self.NAME_END:
+                self._fail("expected " + self.NAME_END[0])
+                return False
+            self._st = _AFTER_NAME
+        elif st == _AFTER_NAME:  # the arguments, a fence, or (typed) the name after a type
+            if not self._ws():
+                return False
+            c = self._buf[0]
+            if c == "{" or (self.FENCE and c == "`"):
+                self._name(self._word_seen)
+                self._st = _ARGS if c == "{" else _FENCE_OPEN
+            elif self.TYPED and not self._typed and (c.isalnum() or c in self.NAME_CHARS):
+                self._typed = True
+                self._st = _TYPED_NAME
+            else:
+                self._fail("expected arguments")
+        elif st == _TYPED_NAME:
+            word = self._word(self.NAME_CHARS)
+            if not word:
+                return False
+            self._word_seen = word
+            self._st = _AFTER_NAME
+        elif st == _FENCE_OPEN:  # ```json, then the arguments on the next line
+            b = self._buf
+            k = b.find("{", 0, _MAX_FENCE + 1)
+            if k < 0:
+                if len(b) > _MAX_FENCE or not _FENCE.startswith(b[:3]):
+                    self._fail("expected arguments")
+                return False
+            if not _FENCE_HEAD.fullmatch(b[:k]):
+                self._fail("expected arguments")
+                return False
+            self._eat(k)
+            self._fenced = True
+            self._st = _ARGS
+        elif st == _ARGS:
+            if not self._args(eof):
+                return False
+            self._st = _FENCE_CLOSE if self._fenced else _END
+        elif st == _FENCE_CLOSE:  # the fence's end is optional; nothing after it at eof
+            if not self._ws() or (m := self._lit(_FENCE)) == PREFIX:
+                if eof:
                     self.done, self.end = True, self._pos
-                    return
-                self._st = _END
-            elif st == _END:
-                if self.CALL_END and self._close(self.CALL_END, eof) != FULL:
-                    return  # undecided, or no closer: the call is whole, the rest is text
-                if not self.SECTION_END:
-                    self.done, self.end = True, self._pos
-                    return
-                self.done = False
-                self._st = _SECTION
-            else:  # the section's closer, or the whitespace before its next call is this one's
-                if self._close_at < 0:
-                    self._close_at = self._pos
-                self._ws()
-                m = NONE
-                for c in self.CALL:
-                    m = max(m, match_literal(self._buf, 0, c))
-                if m == FULL:
-                    self.done, self.end, self._close_at = True, self._pos, -1
-                    return
-                if m == PREFIX and not eof:
-                    return
-                self._close(self.SECTION_END, eof)
-                return
+                return False
+            if m == NONE:
+                self.done, self.end = True, self._pos
+                return False
+            self._st = _END
+        elif st == _END:
+            if self.CALL_END and self._close(self.CALL_END, eof) != FULL:
+                return False  # undecided, or no closer: the call is whole, the rest is text
+            if not self.SECTION_END:
+                self.done, self.end = True, self._pos
+                return False
+            self.done = False
+            self._st = _SECTION
+        else:  # the section's closer, or the whitespace before its next call is this one's
+            if self._close_at < 0:
+                self._close_at = self._pos
+            self._ws()
+            m = NONE
+            for c in self.CALL:
+                m = max(m, match_literal(self._buf, 0, c))
+            if m == FULL:
+                self.done, self.end, self._close_at = True, self._pos, -1
+                return False
+            if m == PREFIX and not eof:
+                return False
+            self._close(self.SECTION_END, eof)
+            return False
+        return True
 
 
 # --- from a record ------------------------------------------------------------------------------

@@ -95,82 +95,79 @@ class PythonCalls(FramedBody):
         nxt._st, nxt._list = _ELEM, True
         return nxt
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:
-                if not self._ws():
-                    return
-                if self._buf[0] == "[":
-                    self._eat(1)
-                    self._list = True
-                self._st = _ELEM
-            elif st == _ELEM:
-                if not self._ws():
-                    return
-                if self._buf[0] == "{":
-                    self._json = _JsonElement(self.schemas, self.stream)
-                    self._json_at = self._pos
-                    self._st = _JSON
-                else:
-                    self._st = _NAME
-            elif st == _JSON:
-                if not self._sub(eof):
-                    return
-                self._st = _AFTER
-            elif st == _NAME:
-                word = self._word(_NAME_CHARS)
-                if not word:
-                    return
-                self.name = word
-                self._st = _PAREN
-            elif st == _PAREN:
-                if not self._ws():
-                    return
-                if not self._expect("("):
-                    return
-                self._start(self.name)
-                self._st = _KEY
-            elif st == _KEY:
-                if not self._ws():
-                    return
-                if self._buf[0] == ")":
-                    self._eat(1)
-                    self._close_args()
-                    continue
-                if not self._read_key():
-                    return
-            elif st == _EQ:
-                if not self._ws():
-                    return
-                b = self._buf
-                if b[0] != "=":
-                    self._fail("expected = after " + self._key)
-                    return
-                if len(b) < 2 and not eof:
-                    return  # `=` or `==`
-                if b[1:2] == "=":
-                    self._fail("expected = after " + self._key)
-                    return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _BEGIN:
+            if not self._ws():
+                return False
+            if self._buf[0] == "[":
                 self._eat(1)
-                self._st = _VALUE
-            elif st == _VALUE:
-                if not self._scan_value(eof):
-                    return
-            elif st == _DELIM:  # the `,` or `)` that ended a value
-                c = self._buf[0]
-                self._eat(1)
-                if c == ")":
-                    self._close_args()
-                else:
-                    self._st = _KEY
-            elif st == _AFTER:
-                self._after_call(eof)
-                if self._st == _AFTER:
-                    return
+                self._list = True
+            self._st = _ELEM
+        elif st == _ELEM:
+            if not self._ws():
+                return False
+            if self._buf[0] == "{":
+                self._json = _JsonElement(self.schemas, self.stream)
+                self._json_at = self._pos
+                self._st = _JSON
             else:
-                self._close(self.CLOSE, eof)
-                return
+                self._st = _NAME
+        elif st == _JSON:
+            return self._go(self._sub(eof), _AFTER)
+        elif st == _NAME:
+            word = self._word(_NAME_CHARS)
+            if not word:
+                return False
+            self.name = word
+            self._st = _PAREN
+        elif st == _PAREN:
+            if not self._ws():
+                return False
+            if not self._expect("("):
+                return False
+            self._start(self.name)
+            self._st = _KEY
+        elif st == _KEY:
+            if not self._ws():
+                return False
+            if self._buf[0] == ")":
+                self._eat(1)
+                self._close_args()
+                return True
+            if not self._read_key():
+                return False
+        elif st == _EQ:
+            if not self._ws():
+                return False
+            b = self._buf
+            if b[0] != "=":
+                self._fail("expected = after " + self._key)
+                return False
+            if len(b) < 2 and not eof:
+                return False  # `=` or `==`
+            if b[1:2] == "=":
+                self._fail("expected = after " + self._key)
+                return False
+            self._eat(1)
+            self._st = _VALUE
+        elif st == _VALUE:
+            if not self._scan_value(eof):
+                return False
+        elif st == _DELIM:  # the `,` or `)` that ended a value
+            c = self._buf[0]
+            self._eat(1)
+            if c == ")":
+                self._close_args()
+            else:
+                self._st = _KEY
+        elif st == _AFTER:
+            self._after_call(eof)
+            if self._st == _AFTER:
+                return False
+        else:
+            self._close(self.CLOSE, eof)
+            return False
+        return True
 
     # -- a keyword argument ------------------------------------------------------------------
 

@@ -19,9 +19,7 @@ without parameters may close its own tag (`self_closing`: `<｜DSML｜invoke nam
 
 from __future__ import annotations
 
-import json
-
-from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal
+from engine.parse.families.common import FULL, NONE, PREFIX, Match, match_literal, text_or_json
 from engine.parse.families.framed import ParamBody, word_then
 from engine.parse.schema import convert
 from engine.parse.shapes.record import CallFormat
@@ -97,90 +95,85 @@ class TaggedCall(ParamBody):
                 best = m
         return best, -1
 
-    def _run(self, eof: bool) -> None:
-        while not (self.done or self.error):
-            st = self._st
-            if st == _BEGIN:
-                if not self._ws():
-                    return
-                if self._func_open and self._any(self._func_open)[0] == PREFIX:
-                    return
-                self._st = _NAME
-            elif st == _NAME:
-                name = self._word(self.NAME_CHARS)
-                if not name:
-                    return
-                self._start(name)
-                self._st = _FUNC_TAG if self.NAME_EAT else _PARAMS
-            elif st == _FUNC_TAG:  # the end of the function's opening tag
-                if not self._name_end():
-                    return
-                self._st = _AFTER if self._self_closed else _PARAMS
-            elif st == _PARAMS:
-                if not self._ws():
-                    return
-                if self.JSON_BODY and not self._nparams and self._buf[0] == "{":
-                    self._st = _JSON
-                    continue
-                m, _ = self._any(self._param_open)
-                if m == FULL:
-                    self._st = _KEY
-                    continue
-                m2, _ = self._any(self._func_close)
-                if m2 == FULL:
-                    self._emit_args("}" if self._nparams else "{}")
-                    self._st = _AFTER
-                    continue
-                if PREFIX in (m, m2):
-                    return
-                self._fail("expected " + self._param_open[0])
-            elif st == _JSON:  # the arguments as one JSON object (streamed by JsonArgs)
-                if not self._args(eof):
-                    return
-                self._st = _JSON_END
-            elif st == _JSON_END:
-                if not self._ws():
-                    return
-                m, _ = self._any(self._func_close)
-                if m == NONE:
-                    self._fail("expected " + self._func_close[0])
-                if m != FULL:
-                    return
+    def _step(self, st: int, eof: bool) -> bool:
+        if st == _BEGIN:
+            return self._go(self._opened(*self._func_open) is not None, _NAME)
+        elif st == _NAME:
+            name = self._word(self.NAME_CHARS)
+            if not name:
+                return False
+            self._start(name)
+            self._st = _FUNC_TAG if self.NAME_EAT else _PARAMS
+        elif st == _FUNC_TAG:  # the end of the function's opening tag
+            if not self._name_end():
+                return False
+            self._st = _AFTER if self._self_closed else _PARAMS
+        elif st == _PARAMS:
+            if not self._ws():
+                return False
+            if self.JSON_BODY and not self._nparams and self._buf[0] == "{":
+                self._st = _JSON
+                return True
+            m, _ = self._any(self._param_open)
+            if m == FULL:
+                self._st = _KEY
+                return True
+            m2, _ = self._any(self._func_close)
+            if m2 == FULL:
+                self._emit_args("}" if self._nparams else "{}")
                 self._st = _AFTER
-            elif st == _KEY:
-                key = self._until(self.KEY_END, _MAX_KEY)
-                if not key:
-                    return
-                key = key.strip()
-                if not key or "\n" in key:
-                    self._fail("bad parameter name")
-                    return
-                self._key = key
-                self._st = _ATTRS
-            elif st == _ATTRS:
-                if self.ATTRS_END:
-                    attrs = self._until(self.ATTRS_END, _MAX_ATTRS)
-                    if not attrs:
-                        return
-                    self._raw_string = self.attrs(attrs.strip())
-                if self.VALUE_OPEN:
-                    if not self._ws():
-                        return
-                    if not self._expect(self.VALUE_OPEN):
-                        return
-                self._st = _VALUE
-            elif st == _VALUE:
-                raw = self._upto_any(self._value_end)
-                if raw is None:
-                    return
-                self._value(raw)
-                self._st = _PARAMS
+                return True
+            if PREFIX in (m, m2):
+                return False
+            self._fail("expected " + self._param_open[0])
+        elif st == _JSON:  # the arguments as one JSON object (streamed by JsonArgs)
+            if not self._args(eof):
+                return False
+            self._st = _JSON_END
+        elif st == _JSON_END:
+            if not self._ws():
+                return False
+            m, _ = self._any(self._func_close)
+            if m == NONE:
+                self._fail("expected " + self._func_close[0])
+            if m != FULL:
+                return False
+            self._st = _AFTER
+        elif st == _KEY:
+            key = self._until(self.KEY_END, _MAX_KEY)
+            if not key:
+                return False
+            key = key.strip()
+            if not key or "\n" in key:
+                self._fail("bad parameter name")
+                return False
+            self._key = key
+            self._st = _ATTRS
+        elif st == _ATTRS:
+            if self.ATTRS_END:
+                attrs = self._until(self.ATTRS_END, _MAX_ATTRS)
+                if not attrs:
+                    return False
+                self._raw_string = self.attrs(attrs.strip())
+            if self.VALUE_OPEN:
+                if not self._ws():
+                    return False
+                if not self._expect(self.VALUE_OPEN):
+                    return False
+            self._st = _VALUE
+        elif st == _VALUE:
+            raw = self._upto_any(self._value_end)
+            if raw is None:
+                return False
+            self._value(raw)
+            self._st = _PARAMS
+        else:
+            if self._section_close:
+                self._close(self._section_close, eof)
             else:
-                if self._section_close:
-                    self._close(self._section_close, eof)
-                else:
-                    self.done, self.end = True, self._pos
-                return
+                self.done, self.end = True, self._pos
+            return False
+        return True
 
     def _name_end(self) -> bool:
         """The end of the name's tag (`">`, or `"/>` closing a call without parameters):
@@ -217,21 +210,18 @@ class TaggedCall(ParamBody):
         self._eat(k + len(c))
         return text
 
-    def _value(self, raw: str) -> None:
+    def _typed_value(self, key: str, raw: str):
+        """One leading and one trailing newline stripped; then raw or JSON as the key's tag
+        said (DSML), else typed by the schema."""
         if raw.startswith("\n"):
             raw = raw[1:]
         if raw.endswith("\n"):
             raw = raw[:-1]
-        key = self._key
-        if key in self.arguments:  # a repeat: the first value stays
-            return
         if self._raw_string is True:
-            value = raw
-        elif self._raw_string is False:
-            value, _ = convert(raw, None)
-        else:
-            value = self._typed_value(key, raw)
-        self._store(key, value)
+            return raw
+        if self._raw_string is False:
+            return convert(raw, None)[0]
+        return super()._typed_value(key, raw)
 
 
 # --- from a record ------------------------------------------------------------------------------
@@ -304,7 +294,7 @@ def write_value(v, opened: str = "", closing: str = "") -> str:
     one leading and one trailing newline, so a string that begins or ends with one gets one
     more there, unless the tag before it (`opened`) or after it (`closing`) brings its own."""
     if not isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+        return text_or_json(v)
     lead = "\n" if v.startswith("\n") and not opened.endswith("\n") else ""
     trail = "\n" if v.endswith("\n") and not closing.startswith("\n") else ""
     return lead + v + trail
