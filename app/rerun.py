@@ -31,7 +31,9 @@ error: the upstream unreachable, its 5xx, a cut stream, a timeout) is said on st
 happens, the rest go on, and a closing line sums the failures up; the exit status says whether
 none, some or all failed (`EXIT_OK` below). A recording cut mid-line (its writer killed) is
 re-run up to the damage, with a warning naming the line. Ctrl-C cancels the request in flight
-and keeps what was done: every record is on disk as it is written. The loop runs on the
+and keeps what was done: every record is on disk as it is written. SIGTERM and SIGHUP stop it
+the same way, and so does SIGINT when the shell started it with SIGINT ignored (a script's
+background job), as `prism serve` takes its stops (`_stops`). The loop runs on the
 caller's thread (the main thread here, the window's rerun thread there); the engine generates
 on its own.
 """
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 import time
 from collections import Counter
@@ -64,7 +67,7 @@ EXIT_OK, EXIT_SOME, EXIT_NONE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_STATUS = ("exit status: 0 every request re-ran; 1 some failed (the rest re-ran); 2 every "
                "request failed (unreachable upstream, HTTP errors, cut streams, timeouts, a "
                "model that does not load), or nothing ran (a usage error, a recording, model "
-               "or template that cannot be read); 130 interrupted (Ctrl-C). Failures are "
+               "or template that cannot be read); 130 interrupted (Ctrl-C, SIGTERM). Failures are "
                "summed up on stderr: 'N of M requests failed: why'.")
 
 
@@ -370,7 +373,24 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NONE
 
 
+def _stop(signum: int, frame) -> None:
+    # The first stop cancels the request in flight, as Ctrl-C does; the clean-up it starts (the
+    # cancelled run's finish record, the engine's close) is bounded, so later ones are ignored.
+    for sig in _STOPS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _stops() -> None:
+    for sig in _STOPS:
+        signal.signal(sig, _stop)
+
+
 def _run(args: argparse.Namespace) -> int:
+    _stops()
     _engine_named(args)
     from app.config import build_service
     from engine.record.compare import compare_sessions

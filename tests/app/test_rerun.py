@@ -182,7 +182,8 @@ def test_rerun_through_upstream_against_prism_serve(smol, tmp_path: Path) -> Non
         sorted(r.id for r in read_session(original).requests)
 
 
-def test_ctrl_c_keeps_what_was_done(default_model, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_keeps_what_was_done(default_model, tmp_path: Path, stop) -> None:
     # An original of one short request, then long ones, so Ctrl-C lands while one generates
     # (several, so a busy machine that polls past one still cuts the next); a rerun needs only
     # the request records.
@@ -195,8 +196,10 @@ def test_ctrl_c_keeps_what_was_done(default_model, tmp_path: Path) -> None:
                                               max_tokens=2 if k == 0 else 800,
                                               sampling=Sampling(seed=k)), "")
     out = tmp_path / "cut.jsonl"
+    # Started with SIGINT ignored, as a script's background job is: a stop all the same.
     proc = _prism(str(original), "--pack", "smollm2", "--n-ctx", "1024", "--threads", "1",
-                  "--out", str(out))
+                  "--out", str(out),
+                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     # Ctrl-C once a long request is generating: its counterpart record follows its
     # submission, and its first token record follows that.
     def generating() -> bool:
@@ -204,7 +207,7 @@ def test_ctrl_c_keeps_what_was_done(default_model, tmp_path: Path) -> None:
         return '"of": "o1"' in text and f'"type": "token", "id": "{_last_id(out)}"' in text
 
     wait_until(generating, timeout=120, what="a long request's first token")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     _, rest = proc.communicate(timeout=120)
     assert proc.returncode == 130, rest
     assert "interrupted" in rest
