@@ -206,9 +206,14 @@ def test_ctrl_c_keeps_what_was_done(default_model, tmp_path: Path, stop) -> None
         text = out.read_text(encoding="utf-8") if out.exists() else ""
         return '"of": "o1"' in text and f'"type": "token", "id": "{_last_id(out)}"' in text
 
-    wait_until(generating, timeout=120, what="a long request's first token")
-    proc.send_signal(stop)
-    _, rest = proc.communicate(timeout=120)
+    try:
+        wait_until(generating, timeout=120, what="a long request's first token")
+        proc.send_signal(stop)
+        _, rest = proc.communicate(timeout=120)
+    finally:  # a failure leaves no process behind for a later test to trip over
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, rest
     assert "interrupted" in rest
     kept = read_session(out)  # whole records only: strict reading finds no damage
