@@ -134,8 +134,7 @@ def _json_at(text: str):
 def _keys(obj: dict) -> tuple[str, str]:
     """(name key, arguments key) of a JSON call object."""
     name = next((k for k, v in obj.items() if v == ALPHA), None)
-    args = next((k for k, v in obj.items() if v == {KA: V1} or v == json.dumps({KA: V1})
-                 or (isinstance(v, str) and _loads(v) == {KA: V1})), None)
+    args = next((k for k, v in obj.items() if _is_args(v)), None)
     if name is None or args is None:
         raise ValueError(f"the rendered JSON call has no name and arguments keys: {obj}")
     return name, args
@@ -148,20 +147,36 @@ def _loads(s: str):
         return None
 
 
+def _is_args(v) -> bool:
+    return v == {KA: V1} or (isinstance(v, str) and _loads(v) == {KA: V1})
+
+
+def _list_fields(obj: dict) -> dict:
+    """A list's call object as record fields: keyed by its name (Apertus' `{NAME: ARGS}`), or
+    its name's and arguments' keys and the key of an id the model writes (Cohere's
+    `tool_call_id`, the call's position or the client's id), read and never required."""
+    if len(obj) == 1 and _is_args(obj.get(ALPHA)):
+        return {"keyed": True}
+    name_key, args_key = _keys(obj)
+    id_key = next((k for k, v in obj.items() if k not in (name_key, args_key)
+                   and v in (call_id(0), "0", 0)), "")
+    alt = tuple(k for k in ("arguments", "parameters") if k != args_key)
+    return {"name_key": name_key, "args_key": args_key, "args_alt": alt, "id_key": id_key}
+
+
 def _json(one: str, two: str, i: int, end: int, value) -> CallFormat:
     if isinstance(value, list):
         if not value or not isinstance(value[0], dict):
             raise ValueError("the rendered JSON list holds no call object")
-        name_key, args_key = _keys(value[0])
+        fields = _list_fields(value[0])
         sep = ", "
         found = _json_at(two)
         if found is not None and isinstance(found[2], list) and len(found[2]) == 2:
             body = two[found[0]:found[1]]
             first = json.JSONDecoder().raw_decode(body, body.index("{"))[1]
             sep = body[first:body.index("{", first)]
-        return _with_keys(CallFormat(JSON_LIST, section=one[:i], section_end=one[end:],
-                                     sep=sep, line_start=not one[:i].strip()),
-                          name_key, args_key)
+        return CallFormat(JSON_LIST, section=one[:i], section_end=one[end:], sep=sep,
+                          line_start=not one[:i].strip(), **fields)
     name_key, args_key = _keys(value)
     pre, post = one[:i], one[end:]
     section, call, call_end, sep, section_end = "", pre, post, "\n", ""

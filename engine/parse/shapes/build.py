@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.parse.families import hermes_json
 from engine.parse.families.registry import CallGrammar, Family, Writer
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
 from engine.parse.shapes import json_list, json_object, name_json, python_calls, tagged
@@ -59,7 +58,7 @@ def engine(fmt: CallFormat) -> Engine:
                       tagged.write_call(fmt), tagged.grammar_call(fmt), fmt.section,
                       fmt.section_end)
     if fmt.shape == JSON_OBJECT:
-        return Engine(json_object.object_reader(fmt), hermes_json.match_opener,
+        return Engine(json_object.object_reader(fmt), json_object.opener_test(fmt),
                       json_object.openers(fmt), json_object.write_call(fmt),
                       json_object.grammar_call(fmt), fmt.section, fmt.section_end)
     if fmt.shape == NAME_JSON:

@@ -2,24 +2,40 @@
 call (Hermes' `<tool_call>`, Llama 3's bare object); its reader, writer and forced-call grammar
 from one `CallFormat`.
 
-Owns `object_reader`, `openers`, `write_call` and `grammar_call`. The reader is the Hermes JSON
-scanner (engine/parse/families/hermes_json.py: a closer inside a string never ends the call, the
-arguments stream as canonical `json.dumps` fragments once the name is known), ended by the
-record's `call_end`. Run by whichever thread drives the parser (the grammar on the service's
-thread).
+Owns `object_reader`, `opener_test`, `openers`, `write_call` and `grammar_call`. The reader is
+the Hermes JSON scanner (engine/parse/families/hermes_json.py: a closer inside a string never
+ends the call, the arguments stream as canonical `json.dumps` fragments once the name is
+known), ended by the record's `call_end`. Run by whichever thread drives the parser (the
+grammar on the service's thread).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from engine.parse.families import hermes_json
+from engine.parse.families.common import NONE, Match, match_literal, skip_ws
 from engine.parse.shapes.record import CallFormat
 
 
 def object_reader(fmt: CallFormat) -> type[hermes_json.CallParser]:
     """The reader of one call object, then the record's closer."""
     return type("CallParser", (hermes_json.CallParser,), {"CLOSE": fmt.call_end.strip()})
+
+
+def opener_test(fmt: CallFormat) -> Callable[[str, int], Match]:
+    """Does a call body start at text[i]: after a wrapper, `{` and the name's key; a bare
+    object's `{` is the opener itself (Llama 3's bare object), so after it, the name's key."""
+    if fmt.call.strip():
+        return hermes_json.match_opener
+    key = json.dumps(fmt.name_key)
+
+    def match(text: str, i: int) -> Match:
+        j = skip_ws(text, i)
+        return NONE if j < 0 else match_literal(text, j, key)
+
+    return match
 
 
 def openers(fmt: CallFormat) -> tuple[str, ...]:
@@ -50,4 +66,4 @@ def grammar_call(fmt: CallFormat):
     return call
 
 
-__all__ = ["grammar_call", "object_reader", "openers", "write_call"]
+__all__ = ["grammar_call", "object_reader", "opener_test", "openers", "write_call"]
