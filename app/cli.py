@@ -17,7 +17,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+# How long a thread may hold the GIL while another asks for it. The engine thread releases it
+# for each `llama_decode` and wants it back the moment the decode returns, to sample; the
+# pipeline, HTTP and GUI threads run Python meanwhile, and with CPython's default 5 ms the
+# engine thread could wait up to that long per step (several streams: a step of 8 tokens
+# handed on is work for the pipeline thread). 0.5 ms: bench/peers.py --gil compares the two.
+SWITCH_INTERVAL_S = 0.0005
 
 VERBS = {
     "gui": ("app.gui", "open the inspector window (the default)"),
@@ -54,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"prism {version('prism-inspector')}")
         return 0
+    # PRISM_SWITCH_INTERVAL: the bench's way to run the same server with another value.
+    sys.setswitchinterval(float(os.environ.get("PRISM_SWITCH_INTERVAL", SWITCH_INTERVAL_S)))
     verb = argv.pop(0) if argv and argv[0] in VERBS else "gui"
     mod_name, help_text = VERBS[verb]
     mod = importlib.import_module(mod_name)

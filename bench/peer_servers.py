@@ -120,7 +120,8 @@ class ServerPeer:
 
 class PrismPeer(ServerPeer):
     def __init__(self, parallel: int, n_ctx: int, threads: int, log: Path,
-                 name: str = "prism", extra: tuple[str, ...] = ()) -> None:
+                 name: str = "prism", extra: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.name = name
         port = free_port()
         args = ["serve", "--pack", "smollm2", "--port", str(port), "--n-ctx", str(n_ctx),
@@ -128,7 +129,8 @@ class PrismPeer(ServerPeer):
                 "--log-level", "warning", *extra]
         cmd = [sys.executable, "-m", "app", *args]
         # A fresh cache folder: the disk prompt cache starts empty, as llama-server's RAM one.
-        env = {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="prism-peers-cache-")}
+        env = {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="prism-peers-cache-"),
+               **(env or {})}
         with log.open("w") as out:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                          env=env)

