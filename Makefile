@@ -47,12 +47,13 @@ test: $(DEVSTAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
 
 # The fast lane: every test that loads no model, opens no window and starts no process (the
-# markers are set from what each test uses: tests/conftest.py), with 25 examples a property.
+# markers are set from what each test uses: tests/conftest.py), with 25 examples a property,
+# on every core (pytest-xdist; these tests share no port, process or window).
 test-fast: $(DEVSTAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MKDOCS) build --strict --quiet
-	HYPOTHESIS_PROFILE=fast QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q \
+	HYPOTHESIS_PROFILE=fast QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -n auto \
 		-m "not model and not window and not process"
 
 # The manual (mkdocs.yml, docs/), served with live reload; `make test` builds it with --strict
