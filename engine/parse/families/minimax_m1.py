@@ -1,8 +1,8 @@
 """MiniMax-M1: `<think>` reasoning and a `<tool_calls>` section of JSON calls, one per line.
 
-Owns the family's markers, its record (`FORMAT`, a json-object shape in a section: the writer
-and forced-call grammar come from it) and its reader of the section's calls. Run by whichever thread
-drives the parser.
+Owns the family's markers and its record (`FORMAT`, a json-object shape in a section: the
+reader, writer and forced-call grammar come from it, engine/parse/shapes/json_object.py). Run
+by whichever thread drives the parser.
 
     <think>
     The user wants the weather.
@@ -45,10 +45,9 @@ templates write too (`<tool_calls>[…]`); MiniMax-M2's `<minimax:tool_call>` st
 
 from __future__ import annotations
 
-from engine.parse.families import hermes_json
-from engine.parse.families.common import FULL, NONE, WS, Match, match_literal
 from engine.parse.families.registry import Family, register
 from engine.parse.markers import THINK_CLOSE, THINK_OPEN, Markers
+from engine.parse.shapes import json_object
 from engine.parse.shapes.build import grammar_of, writer_of
 from engine.parse.shapes.record import JSON_OBJECT, CallFormat
 
@@ -60,46 +59,15 @@ MARKERS = Markers(THINK_OPEN, THINK_CLOSE, (SECTION,))
 PRESERVED_TOKENS = (THINK_OPEN, THINK_CLOSE, SECTION, SECTION_END)
 
 
-def match_opener(text: str, i: int) -> Match:
-    """After `<tool_calls>` and whitespace: `{`, whitespace, then `"name"`."""
-    return hermes_json.match_opener(text, i)
-
-
-class CallParser(hermes_json.CallParser):
-    """One JSON call of the section; `follow` reads the next one when a `{` comes after it."""
-
-    def __init__(self, schemas: dict, stream: bool) -> None:
-        super().__init__(schemas, stream)
-        self._more = False  # a `{` followed: the next call of the section is read at once
-
-    def follow(self) -> CallParser | None:
-        return CallParser(self.schemas, self.stream) if self._more else None
-
-    def _after(self, ch: str) -> bool:
-        """After the object: whitespace (skipped, never kept: linear cost), then `{` (the next
-        call), `</tool_calls>` (consumed: the section ends) or anything else (the call ends at
-        its object and the text is the answer's again)."""
-        if not self._tail:
-            if ch in WS:
-                return False
-            if ch == "{":  # the whitespace before it is this call's
-                self._more = True
-                self.done, self.end = True, self._pos - 1
-                return True
-        self._tail += ch
-        m = match_literal(self._tail, 0, SECTION_END)
-        if m == FULL:
-            self.done, self.end = True, self._pos
-        elif m == NONE:
-            self.done, self.end = True, self._obj_end
-        return self.done
-
-
 __all__ = ["MARKERS", "NAME", "PRESERVED_TOKENS", "CallParser", "match_opener"]
 
 
 FORMAT = CallFormat(JSON_OBJECT, section=SECTION + "\n", section_end="\n" + SECTION_END,
                     sep="\n")
+# The json-object shape's reader of a section of objects: after an object, `{` is the next
+# call, `</tool_calls>` ends the section, anything else is the answer's text again.
+CallParser = json_object.object_reader(FORMAT)
+match_opener = json_object.opener_test(FORMAT)  # after `<tool_calls>` and whitespace: `{"name"`
 
 
 FAMILY = register(Family(
