@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 
 from engine.parse.shapes.record import (
     JSON_LIST,
@@ -157,11 +156,10 @@ def _list_fields(obj: dict) -> dict:
     `tool_call_id`, the call's position or the client's id), read and never required."""
     if len(obj) == 1 and _is_args(obj.get(ALPHA)):
         return {"keyed": True}
-    name_key, args_key = _keys(obj)
-    id_key = next((k for k, v in obj.items() if k not in (name_key, args_key)
+    keys = _key_fields(obj)
+    id_key = next((k for k, v in obj.items() if k not in (keys["name_key"], keys["args_key"])
                    and v in (call_id(0), "0", 0)), "")
-    alt = tuple(k for k in ("arguments", "parameters") if k != args_key)
-    return {"name_key": name_key, "args_key": args_key, "args_alt": alt, "id_key": id_key}
+    return {**keys, "id_key": id_key}
 
 
 def _json(one: str, two: str, i: int, end: int, value) -> CallFormat:
@@ -177,7 +175,6 @@ def _json(one: str, two: str, i: int, end: int, value) -> CallFormat:
             sep = body[first:body.index("{", first)]
         return CallFormat(JSON_LIST, section=one[:i], section_end=one[end:], sep=sep,
                           line_start=not one[:i].strip(), **fields)
-    name_key, args_key = _keys(value)
     pre, post = one[:i], one[end:]
     section, call, call_end, sep, section_end = "", pre, post, "\n", ""
     at = two.find(ALPHA)
@@ -194,15 +191,17 @@ def _json(one: str, two: str, i: int, end: int, value) -> CallFormat:
             sep, section_end = rest[len(call_end):], post[len(call_end):]
             if not (call + call_end).strip():  # whitespace is no call's tag (MiniMax M1's lines)
                 section, call, call_end, sep, section_end = pre, "", "", mid, post
-    return _with_keys(CallFormat(JSON_OBJECT, section=section, section_end=section_end,
-                                 call=call, call_end=call_end, sep=sep,
-                                 line_start=not (section + call).strip()),
-                      name_key, args_key)
+    return CallFormat(JSON_OBJECT, section=section, section_end=section_end, call=call,
+                      call_end=call_end, sep=sep, line_start=not (section + call).strip(),
+                      **_key_fields(value))
 
 
-def _with_keys(fmt: CallFormat, name_key: str, args_key: str) -> CallFormat:
+def _key_fields(obj: dict) -> dict:
+    """A JSON call object's name and arguments keys as record fields, the other usual
+    arguments key read too."""
+    name_key, args_key = _keys(obj)
     alt = tuple(k for k in ("arguments", "parameters") if k != args_key)
-    return replace(fmt, name_key=name_key, args_key=args_key, args_alt=alt)
+    return {"name_key": name_key, "args_key": args_key, "args_alt": alt}
 
 
 _PREFIX = re.compile(r"[A-Za-z_]+\.$")  # a namespace written before every name (`functions.`)

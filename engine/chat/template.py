@@ -222,14 +222,8 @@ class ChatTemplate:
         None, as OpenAI clients send it beside `tool_calls`, and not when it is "" as Prism
         keeps it (DeepSeek R1 Distill's templates test `content is none`). Probed once; a
         template that shows calls either way, or prints "None", keeps the empty string."""
-        def chat(content: str | None) -> list[dict]:
-            call = {"id": "call_prism_probe", "type": "function",
-                    "function": {"name": "prism_probe_tool", "arguments": '{"x": 1}'}}
-            return [{"role": "user", "content": "prism probe"},
-                    {"role": "assistant", "content": content, "tool_calls": [call]},
-                    {"role": "tool", "content": "prism probe result",
-                     "tool_call_id": "call_prism_probe", "name": "prism_probe_tool"}]
-        empty, null = self._probe(chat("")), self._probe(chat(None))
+        empty = self._probe(_call_chat("", '{"x": 1}'))
+        null = self._probe(_call_chat(None, '{"x": 1}'))
         return (empty is not None and null is not None and "prism_probe_tool" not in empty
                 and "prism_probe_tool" in null and "None" not in null)
 
@@ -238,21 +232,14 @@ class ChatTemplate:
         """Whether the template fails on tool-call arguments given decoded (a dict, as Prism
         keeps them) but renders them given as the JSON string OpenAI clients send: Functionary
         v3.2 writes `'\n' + arguments`. Probed once."""
-        def chat(arguments: Any) -> list[dict]:
-            call = {"id": "call_prism_probe", "type": "function",
-                    "function": {"name": "prism_probe_tool", "arguments": arguments}}
-            return [{"role": "user", "content": "prism probe"},
-                    {"role": "assistant", "content": None if self.null_call_content else "",
-                     "tool_calls": [call]},
-                    {"role": "tool", "content": "prism probe result",
-                     "tool_call_id": "call_prism_probe", "name": "prism_probe_tool"}]
+        content = None if self.null_call_content else ""
         tools = [{"type": "function", "function": {
             "name": "prism_probe_tool", "description": "probe",
             "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
         as_text = json.dumps({"x": 1})
-        if self._probe(chat({"x": 1}), tools) is not None:
+        if self._probe(_call_chat(content, {"x": 1}), tools) is not None:
             return False
-        rendered = self._probe(chat(as_text), tools)
+        rendered = self._probe(_call_chat(content, as_text), tools)
         return rendered is not None and as_text in rendered
 
     @functools.cached_property
@@ -279,6 +266,17 @@ def _log_once(source: str, what: str) -> None:
     if key not in _LOGGED:
         _LOGGED.add(key)
         log.info("[prism] Prism %s", what)
+
+
+def _call_chat(content: str | None, arguments: Any) -> list[dict]:
+    """A made-up conversation for a template's probes: a question, an assistant turn with
+    `content` calling `prism_probe_tool` with `arguments`, the tool's result."""
+    call = {"id": "call_prism_probe", "type": "function",
+            "function": {"name": "prism_probe_tool", "arguments": arguments}}
+    return [{"role": "user", "content": "prism probe"},
+            {"role": "assistant", "content": content, "tool_calls": [call]},
+            {"role": "tool", "content": "prism probe result",
+             "tool_call_id": "call_prism_probe", "name": "prism_probe_tool"}]
 
 
 def _has_object_arguments(message: Message) -> bool:

@@ -203,27 +203,18 @@ class NameJsonCall(FramedBody):
 # --- from a record ------------------------------------------------------------------------------
 
 
-def _union(fmt: CallFormat, field: str) -> tuple[str, ...]:
-    """A field's stripped spellings over the record and its `also`, the record's first."""
-    return tuple(dict.fromkeys(getattr(f, field).strip() for f in fmt.spellings))
-
-
-def _some(fmt: CallFormat, field: str) -> tuple[str, ...]:
-    return tuple(s for s in _union(fmt, field) if s)
-
-
 def name_json_reader(fmt: CallFormat) -> type[NameJsonCall]:
     """The reader of `fmt`'s calls (every spelling of it)."""
-    ends = _some(fmt, "name_end")
+    ends = fmt.spelled("name_end")
     attrs = {
-        "CALL": _some(fmt, "call") if fmt.section else (),
+        "CALL": fmt.spelled("call") if fmt.section else (),
         "NAME_CHARS": "".join(c for c in NAME_CHARS if not any(e.startswith(c) for e in ends)),
         "PREFIX": fmt.name_prefix,
         "INDEX": fmt.index,
         "ID_TAG": fmt.id_tag,
-        "NAME_END": _union(fmt, "name_end"),
-        "CALL_END": _some(fmt, "call_end"),
-        "SECTION_END": _some(fmt, "section_end"),
+        "NAME_END": fmt.spelled("name_end", empty=True),
+        "CALL_END": fmt.spelled("call_end"),
+        "SECTION_END": fmt.spelled("section_end"),
         "TYPED": fmt.typed,
         "FENCE": fmt.fence,
     }
@@ -232,7 +223,7 @@ def name_json_reader(fmt: CallFormat) -> type[NameJsonCall]:
 
 def openers(fmt: CallFormat) -> tuple[str, ...]:
     """The call openers the parser scans for: each spelling's section, then its call."""
-    return tuple(dict.fromkeys((*_some(fmt, "section"), *_some(fmt, "call"))))
+    return fmt.tag_openers()
 
 
 def opener_test(fmt: CallFormat):

@@ -119,6 +119,17 @@ class CallFormat:
         """This record, then the other spellings its reader accepts."""
         return (self, *self.also)
 
+    def spelled(self, field: str, empty: bool = False) -> tuple[str, ...]:
+        """A field's stripped spellings over the record and its `also`, the record's first;
+        with `empty`, an empty spelling too (a name that may end at nothing)."""
+        return tuple(dict.fromkeys(s for f in self.spellings
+                                   if (s := getattr(f, field).strip()) or empty))
+
+    def tag_openers(self) -> tuple[str, ...]:
+        """The call openers the parser scans for, for shapes that open on tags: each
+        spelling's section, then its call."""
+        return tuple(dict.fromkeys((*self.spelled("section"), *self.spelled("call"))))
+
     def opener(self) -> str:
         """The call opener the parser scans for: the section's, else the call's (stripped)."""
         return (self.section or self.call).strip()

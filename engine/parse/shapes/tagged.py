@@ -227,11 +227,6 @@ class TaggedCall(ParamBody):
 # --- from a record ------------------------------------------------------------------------------
 
 
-def _union(fmt: CallFormat, field: str) -> tuple[str, ...]:
-    """A field's stripped spellings over the record and its `also`, the record's first."""
-    return tuple(dict.fromkeys(s for f in fmt.spellings if (s := getattr(f, field).strip())))
-
-
 def _key_tags(fmt: CallFormat) -> tuple[str, str]:
     """(what ends the key, what ends the key's tag after attributes) as the reader reads them:
     a key quoted as an attribute (`"…>`) ends at its quote, other attributes may follow."""
@@ -246,17 +241,17 @@ def tagged_reader(fmt: CallFormat) -> type[TaggedCall]:
     key_end, attrs_end = _key_tags(fmt)
     sectioned = bool(fmt.section)
     attrs = {
-        "FUNC_OPEN": _union(fmt, "call") if sectioned else "",
-        "NAME_END": _union(fmt, "name_end"),
+        "FUNC_OPEN": fmt.spelled("call") if sectioned else "",
+        "NAME_END": fmt.spelled("name_end"),
         "NAME_EAT": bool(fmt.name_end.strip()),
         "SELF_CLOSE": SELF_CLOSE if fmt.self_closing else (),
-        "PARAM_OPEN": _union(fmt, "param"),
+        "PARAM_OPEN": fmt.spelled("param"),
         "KEY_END": key_end,
         "ATTRS_END": attrs_end or (">" if fmt.string_attr else ""),
         "VALUE_OPEN": fmt.value.strip(),
-        "VALUE_END": _union(fmt, "value_end"),
-        "FUNC_CLOSE": _union(fmt, "call_end"),
-        "SECTION_CLOSE": _union(fmt, "section_end"),
+        "VALUE_END": fmt.spelled("value_end"),
+        "FUNC_CLOSE": fmt.spelled("call_end"),
+        "SECTION_CLOSE": fmt.spelled("section_end"),
         "JSON_BODY": fmt.json_body,
         "STRING_ATTR": fmt.string_attr,
     }
@@ -265,18 +260,18 @@ def tagged_reader(fmt: CallFormat) -> type[TaggedCall]:
 
 def openers(fmt: CallFormat) -> tuple[str, ...]:
     """The call openers the parser scans for: each spelling's section, then its call tag."""
-    return tuple(dict.fromkeys((*_union(fmt, "section"), *_union(fmt, "call"))))
+    return fmt.tag_openers()
 
 
 def opener_test(fmt: CallFormat):
     """`match_opener(text, i)` for the format: after a section opener, a call tag; after a
     call tag, a name then the end of its tag (or, where the name ends at whitespace, the
     first parameter or the call's closer)."""
-    calls = _union(fmt, "call") if fmt.section else ()
+    calls = fmt.spelled("call") if fmt.section else ()
     if fmt.name_end.strip():
-        after, gap = _union(fmt, "name_end") + (SELF_CLOSE if fmt.self_closing else ()), False
+        after, gap = fmt.spelled("name_end") + (SELF_CLOSE if fmt.self_closing else ()), False
     else:
-        after, gap = _union(fmt, "param") + _union(fmt, "call_end"), True
+        after, gap = fmt.spelled("param") + fmt.spelled("call_end"), True
 
     def match_opener(text: str, i: int) -> Match:
         best = NONE
