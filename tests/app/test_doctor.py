@@ -3,6 +3,7 @@ needs, and a busy port said to be in use."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from app.doctor import XCB_PACKAGES, xcb_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,16 +71,12 @@ def test_the_engine_describes_its_llama_cpp_build():
         info.version = "0"  # type: ignore[misc]
 
 
+@pytest.mark.skipif(xcb_plugin() is None or shutil.which("ldd") is None,
+                    reason="PySide6 here has no xcb plugin, or there is no ldd: not Linux")
 def test_the_doctor_names_the_libraries_qts_window_plugin_lacks():
     """ldd on PySide6's own xcb plugin, run here independently: each library it cannot find
     is named with the Debian package that brings it (or the plugin is said to load)."""
-    import shutil
-
-    from app.doctor import XCB_PACKAGES, xcb_plugin
-
     plugin = xcb_plugin()
-    if plugin is None or shutil.which("ldd") is None:
-        pytest.skip("no xcb plugin or no ldd here (not a Linux PySide6)")
     out = subprocess.run(["ldd", str(plugin)], capture_output=True, text=True).stdout
     missing = sorted({line.split()[0] for line in out.splitlines() if "not found" in line})
     row = doctor()["Qt platform"]
