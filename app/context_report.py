@@ -24,7 +24,8 @@ from engine.chat.packs import DEFAULT_PACK, Pack, PackError, resolve_pack
 from engine.chat.request import ChatRequest
 from engine.grammar.tools import request_thinking
 from engine.record import context
-from engine.record.recording import RecordingError, load_recording
+from engine.record.reader import load_recording
+from engine.record.recording import RecordingError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

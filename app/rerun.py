@@ -315,7 +315,8 @@ def read_recording(path: Path, say: Callable[[str], None]) -> Session:
     """A recording to re-run. One damaged past its header (its writer killed mid-line) gives
     the requests before the damage, with a warning naming the line, as `prism stats` and
     replay read it; a file that is no recording at all is refused."""
-    from engine.record.recording import RecordingError, read_session
+    from engine.record.reader import read_session
+    from engine.record.recording import RecordingError
 
     try:
         return read_session(path)
@@ -394,7 +395,7 @@ def _run(args: argparse.Namespace) -> int:
     _engine_named(args)
     from app.config import build_service
     from engine.record.compare import compare_sessions
-    from engine.record.recording import read_session
+    from engine.record.reader import read_session
 
     say = _status(sys.stderr)
     sessions = [(path, read_recording(path, say)) for path in args.recordings]

@@ -20,7 +20,7 @@ import sys
 
 from app import context_report
 from engine.record.ledger import KEYS, Reply, ledger, read_replies, table
-from engine.record.recording import is_recording
+from engine.record.reader import is_recording
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -49,7 +49,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, free_port, wait_http
-from engine.record.recording import SHUTDOWN, read_session
+from engine.record.reader import read_session
+from engine.record.recording import SHUTDOWN
 
 SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 Row = tuple[str, bool, str]  # scenario, as expected, what happened

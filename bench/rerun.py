@@ -32,7 +32,8 @@ from engine.backends.llama.engine import LlamaEngine
 from engine.chat.packs import load_pack
 from engine.chat.request import ChatRequest, Message, Sampling
 from engine.metrics import Metrics
-from engine.record.recording import Recorder, read_session
+from engine.record.reader import read_session
+from engine.record.recording import Recorder
 from engine.service import Service
 
 ASKS = ("Write a short poem about rain.", "Explain what a compiler does.",

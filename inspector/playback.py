@@ -42,7 +42,8 @@ from engine.metrics import Metrics
 from engine.parse import families
 from engine.pipeline import TokenPipeline
 from engine.record.index import Home, index_of
-from engine.record.recording import RecordingError, is_recording, read_session
+from engine.record.reader import is_recording, read_session
+from engine.record.recording import RecordingError
 from engine.record.replay import ReplayOutput
 from inspector.recall import call_ids, recorded_ids
 from inspector.tracks import Track, TrackStore

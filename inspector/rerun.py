@@ -27,7 +27,8 @@ from pathlib import Path
 from engine.chat.request import ChatRequest
 from engine.metrics import Metrics
 from engine.record.compare import Comparison, Side, compare, side_of
-from engine.record.recording import RecordedRequest, is_recording, load_recording, request_to_dict
+from engine.record.reader import is_recording, load_recording
+from engine.record.recording import RecordedRequest, request_to_dict
 from engine.service import Run, Service
 from inspector.recall import recorded, recorded_side
 from inspector.tracks import LiveFeed, Track, TrackStore

@@ -29,7 +29,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.record.ledger import KEYS, Reply, Row, figure_of, ledger, read_replies, table
-from engine.record.recording import RecordingError, is_recording
+from engine.record.reader import is_recording
+from engine.record.recording import RecordingError
 from inspector.query import expression_for
 from inspector.summaries import LIVE_ENGINE, RERUN_ENGINE, reply_of
 from widgets.theme import MUTED

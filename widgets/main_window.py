@@ -424,7 +424,7 @@ class MainWindow(WindowCommands, QMainWindow):
         """Every pair of two recordings in the Compare tab; one recording alone is a rerun,
         compared with the recording it names."""
         from engine.record.compare import compare_sessions
-        from engine.record.recording import load_recording
+        from engine.record.reader import load_recording
 
         try:
             b = load_recording(first)

@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.record.recording import is_recording
+from engine.record.reader import is_recording
 from inspector.rerun import EngineChoice
 from inspector.tracks import Track
 from widgets.theme import MUTED

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.record.recording import _STR, RecordedRequest, RecordingError, _Builder
+from engine.record.reader import _STR, _Builder
+from engine.record.recording import RecordedRequest, RecordingError
 
 CHUNK = 8 << 20  # bytes read per step of a scan: a 100 MB file is scanned in 13 reads
 # A request record as `Recorder.request` lays it out begins so, at the start of a line (found

@@ -53,7 +53,8 @@ from engine.parse.events import (
 )
 from engine.parse.filters import Chain
 from engine.record.model_info import UNKNOWN, ModelInfo
-from engine.record.recording import OutputSummary, RecordedRequest, Session, load_recording
+from engine.record.reader import load_recording
+from engine.record.recording import OutputSummary, RecordedRequest, Session
 from engine.record.verdict import ANSWERED, BUDGET_CLOSED, Verdict, kind_of, verdict_of
 from engine.record.verdict import KINDS as VERDICT_KINDS
 from engine.record.verdict import LABELS as VERDICT_LABELS

@@ -68,7 +68,8 @@ from engine.chat.request import ChatRequest
 from engine.parse import families
 from engine.parse.events import TOOL_CALL
 from engine.parse.reading import Reading
-from engine.record.recording import SHUTDOWN, is_recording, load_recording, request_to_dict
+from engine.record.reader import is_recording, load_recording
+from engine.record.recording import SHUTDOWN, request_to_dict
 
 PLAIN_TOKENS_PER_S = 50.0
 _PIECE = re.compile(r"\s*\S{1,4}|\s+")

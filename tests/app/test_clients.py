@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from engine.backends.llama.vocab import Vocab
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from engine.record.replay import split_text
 from tests.app import test_refusals as refusals
 from tests.app.conftest import DATA, captured, sdk_kwargs

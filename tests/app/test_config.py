@@ -176,7 +176,7 @@ def test_prism_serve_renders_with_the_template_on_the_local_model(default_model,
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
-    from engine.record.recording import read_session
+    from engine.record.reader import read_session
 
     (req,) = read_session(record).requests
     assert req.prompt == "<|im_start|>user\nPRISM-CUSTOM Hi<|im_end|>\n<|im_start|>assistant\n"

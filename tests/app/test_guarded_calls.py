@@ -23,7 +23,8 @@ import pytest
 from app.cli import main as cli_main
 from engine.chat.packs import resolve_pack
 from engine.metrics import Metrics
-from engine.record.recording import Recorder, read_session
+from engine.record.reader import read_session
+from engine.record.recording import Recorder
 from engine.service import Service
 from tests.app.conftest import Live, start_live
 from tests.engine.backends.llama.test_guard import WEATHER, WEATHER_TOOLS

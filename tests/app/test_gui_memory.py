@@ -23,7 +23,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything creates
 import pytest
 
 from engine.chat.request import ChatRequest, Message
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 
 CALL_ID = re.compile(r"call_[0-9a-f]{8}\d+")
 N = 300  # an agent session: far past the 32 documents kept (rows 1, 150 and 300 read)

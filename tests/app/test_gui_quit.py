@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from tests.support import DEMO, ROOT, wait_until
 
 STOPPED = "[prism] stopped the server, the engine and the recorder ("

@@ -23,7 +23,7 @@ import pytest
 
 from engine.chat.request import ChatRequest, Message, Sampling
 from engine.record.compare import compare, parting
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from inspector.rerun import SOURCE
 
 pytestmark = pytest.mark.model

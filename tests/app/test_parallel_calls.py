@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from engine.parse.events import EXTRA_TOOL_CALL
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from tests.app.conftest import TOOLS, xml_call
 from tests.app.test_metrics import samples
 

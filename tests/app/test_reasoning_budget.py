@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from engine.chat.budget import EFFORT_BUDGETS, close_text
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from tests.support import ServerProcess
 
 pytestmark = pytest.mark.model

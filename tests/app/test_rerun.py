@@ -23,7 +23,8 @@ from engine.chat.packs import PackError, load_pack
 from engine.chat.request import ChatRequest, Message, Sampling
 from engine.metrics import Metrics
 from engine.record.compare import compare, compare_sessions, pairs, side_of
-from engine.record.recording import Recorder, read_session
+from engine.record.reader import read_session
+from engine.record.recording import Recorder
 from engine.service import Service
 from tests.app.conftest import TOOLS, start_live
 from tests.support import wait_until

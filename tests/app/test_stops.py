@@ -32,7 +32,8 @@ import pytest
 import uvicorn
 
 from app.serve import StopSignals
-from engine.record.recording import SHUTDOWN, read_session
+from engine.record.reader import read_session
+from engine.record.recording import SHUTDOWN
 from engine.record.replay import ReplayEngine
 from tests.support import wait_healthy, wait_until
 

@@ -26,7 +26,7 @@ from engine.backends.upstream.engine import UpstreamEngine
 from engine.chat.packs import resolve_pack
 from engine.parse import families
 from engine.parse.events import UPSTREAM_LEAK, ToolCall
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from tests.app.conftest import TOOLS, Live, hang_up_mid_stream, xml_call
 from tests.app.test_openai import ASK, collect
 from tests.engine.backends.upstream.scripted_upstream import (

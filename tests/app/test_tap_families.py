@@ -38,7 +38,7 @@ from engine.chat.detect import start_state
 from engine.chat.packs import resolve_pack
 from engine.parse import families
 from engine.parse.events import UPSTREAM_LEAK, ToolCall
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from engine.record.replay import ReplayEngine, split_text
 from engine.service import Service
 from tests.app.conftest import WEATHER

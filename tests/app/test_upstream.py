@@ -34,7 +34,7 @@ import pytest
 from app.upstream import upstream_pack
 from engine.backends.upstream.engine import UpstreamEngine
 from engine.chat.detect import preserved_tokens
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from engine.record.replay import ReplayEngine
 from tests.app.conftest import TOOLS, Live, hang_up_mid_stream
 from tests.app.test_openai import ASK, CASES, collect, comparable, expected, whole

@@ -23,7 +23,8 @@ from app.upstream import upstream_pack
 from engine.backends.upstream.engine import UpstreamEngine
 from engine.chat.packs import resolve_pack
 from engine.metrics import Metrics
-from engine.record.recording import Recorder, read_session
+from engine.record.reader import read_session
+from engine.record.recording import Recorder
 from engine.service import Service
 from tests.app.conftest import Live
 from tests.engine.backends.upstream.scripted_upstream import free_port

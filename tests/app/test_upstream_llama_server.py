@@ -42,7 +42,7 @@ from app.upstream import build_upstream
 from engine.chat.packs import resolve_pack
 from engine.metrics import Metrics
 from engine.parse.events import UPSTREAM_LEAK
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from engine.service import Service
 from tests.app.conftest import Live
 from tests.engine.backends.upstream.scripted_upstream import free_port

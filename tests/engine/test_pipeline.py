@@ -10,7 +10,8 @@ from engine.parse.events import EXTRA_TOOL_CALL, Event, merge, result_of
 from engine.parse.parser import OutputParser
 from engine.parse.reading import Reading
 from engine.pipeline import TokenPipeline
-from engine.record.recording import Recorder, read_session
+from engine.record.reader import read_session
+from engine.record.recording import Recorder
 from tests.support import Clock
 
 PIECES = ["The user wants", " the weather.\n<tool", "_call>\n<function=get_weather>\n",

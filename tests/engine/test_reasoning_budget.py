@@ -14,7 +14,8 @@ from engine.parse import families
 from engine.parse.events import ANOMALY, REASONING_BUDGET, merge, result_of
 from engine.parse.parser import OutputParser
 from engine.pipeline import TokenPipeline
-from engine.record.recording import Recorder, read_session
+from engine.record.reader import read_session
+from engine.record.recording import Recorder
 from engine.record.verdict import ANSWERED, BUDGET_CLOSED, verdict_of
 from engine.service import Service
 

@@ -19,7 +19,7 @@ from engine.metrics import Metrics
 from engine.parse.events import TOOL_CALL, merge, result_of
 from engine.parse.reading import Reading
 from engine.record.ledger import read_replies
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from engine.record.replay import ReplayMiss
 from engine.record.verdict import TEMPLATE_REFUSED
 from engine.service import ContextOverflow, Service

@@ -11,7 +11,8 @@ import pytest
 from engine.backends.base import Finish, Timings, Token
 from engine.parse.events import merge, result_of
 from engine.parse.parser import OutputParser
-from engine.record.recording import Recorder, read_session
+from engine.record.reader import read_session
+from engine.record.recording import Recorder
 from engine.record.replay import split_text
 from inspector.playback import Playback
 from inspector.tracks import TrackStore

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from engine.chat.request import ChatRequest, Message
 from engine.parse.events import merge
-from engine.record.recording import read_session, request_to_dict
+from engine.record.reader import read_session
+from engine.record.recording import request_to_dict
 from inspector.playback import Playback
 from inspector.recall import recorded_side
 from inspector.tracks import LiveFeed, TrackStore

@@ -13,7 +13,7 @@ import pytest
 from app.rerun import rebuild
 from engine.chat.request import ChatRequest, Message, Sampling
 from engine.record.compare import compare, side_of
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from inspector.playback import load_items
 from inspector.rerun import SOURCE, EngineChoice, RerunFeed, RerunPlan, side_of_track
 from inspector.tracks import LiveFeed, TrackStore

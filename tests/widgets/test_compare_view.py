@@ -14,7 +14,7 @@ import pytest
 
 from engine.backends.llama.engine import LlamaEngine
 from engine.record.compare import compare_sessions
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from tests.app.test_rerun import record_original, rerun_into, service_on
 from tests.support import DEMO
 from tests.widgets.conftest import fragments, play_all

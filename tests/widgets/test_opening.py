@@ -3,7 +3,7 @@ played at once, and a file damaged part-way says where, while what precedes play
 
 from __future__ import annotations
 
-from engine.record.recording import read_session
+from engine.record.reader import read_session
 from tests.support import DEMO
 from tests.widgets.conftest import play_all
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from engine.backends.base import Finish, Timings, Token
 from engine.record.compare import Side, channel_diff, compare, compare_sessions, pairs, parting
-from engine.record.recording import Recorder, read_session
+from engine.record.reader import read_session
+from engine.record.recording import Recorder
 
 
 def toks(*texts: str, top: dict[int, list[tuple[str, float]]] | None = None) -> list[Token]:

@@ -10,7 +10,8 @@ import pytest
 
 from engine.backends.base import Finish, Timings, Token
 from engine.record.index import Home, RecordingIndex, index_of, load_home
-from engine.record.recording import Recorder, RecordingError, read_session
+from engine.record.reader import read_session
+from engine.record.recording import Recorder, RecordingError
 
 
 def _interleaved(path: Path) -> Recorder:

@@ -13,13 +13,11 @@ from engine.backends.base import Finish, Timings, Token
 from engine.chat.request import ChatRequest, Message, Sampling
 from engine.parse.events import ParseResult
 from engine.parse.reading import Reading
+from engine.record.reader import is_recording, load_recording, read_session
 from engine.record.recording import (
     Recorder,
     RecordingError,
     default_session_path,
-    is_recording,
-    load_recording,
-    read_session,
     request_from_dict,
     request_to_dict,
 )

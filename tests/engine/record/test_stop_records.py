@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 
 from engine.backends.base import Finish, Job, Timings, Token
-from engine.record.recording import SHUTDOWN, Recorder, read_session, request_from_dict
+from engine.record.reader import read_session
+from engine.record.recording import SHUTDOWN, Recorder, request_from_dict
 from engine.record.replay import ReplayEngine
 from engine.record.verdict import CANCELLED, LABELS, kind_of, verdict_of
 
